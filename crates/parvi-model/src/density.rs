@@ -1,0 +1,75 @@
+//! The two faces of a target density: differentiable log-joints and value-only black boxes.
+
+use burn::tensor::Tensor;
+
+use crate::Minibatch;
+
+/// A log-joint density evaluated for all particles at once.
+///
+/// `log_prob` takes the particle matrix `[n, dim]` (unconstrained coordinates) and returns
+/// `log p` of shape `[n]`, including any log-Jacobian of the parameter transforms. It must be
+/// built from burn tensor operations so that autodiff gives the score; that is all an engine
+/// asks of a model.
+pub trait LogDensity {
+    /// Dimension of one particle.
+    fn dim(&self) -> usize;
+
+    /// Number of data rows the likelihood ranges over, if the model has data: engines draw
+    /// minibatches of these rows.
+    fn data_len(&self) -> Option<usize> {
+        None
+    }
+
+    /// `log p(x)` for each particle, `[n, dim] -> [n]`. With a minibatch the likelihood is the
+    /// batch's, scaled by `N / B` (see [`Minibatch::select`]).
+    fn log_prob(&self, particles: Tensor<2>, batch: Option<&Minibatch>) -> Tensor<1>;
+}
+
+impl<T: LogDensity + ?Sized> LogDensity for &T {
+    fn dim(&self) -> usize {
+        (**self).dim()
+    }
+    fn data_len(&self) -> Option<usize> {
+        (**self).data_len()
+    }
+    fn log_prob(&self, particles: Tensor<2>, batch: Option<&Minibatch>) -> Tensor<1> {
+        (**self).log_prob(particles, batch)
+    }
+}
+
+impl<T: LogDensity + ?Sized> LogDensity for Box<T> {
+    fn dim(&self) -> usize {
+        (**self).dim()
+    }
+    fn data_len(&self) -> Option<usize> {
+        (**self).data_len()
+    }
+    fn log_prob(&self, particles: Tensor<2>, batch: Option<&Minibatch>) -> Tensor<1> {
+        (**self).log_prob(particles, batch)
+    }
+}
+
+/// A density known only through its values (a simulator, external code, a non-differentiable
+/// program): gradient-free engines need nothing more.
+pub trait ValueDensity {
+    /// Dimension of one particle.
+    fn dim(&self) -> usize;
+
+    /// Unnormalised `log p(x)` for each particle, `[n, dim] -> [n]`.
+    fn log_value(&self, particles: Tensor<2>) -> Tensor<1>;
+}
+
+/// Presents a [`ValueDensity`] as a [`LogDensity`] whose values carry no gradient: engines that
+/// need a score get [`crate::ModelError::NoGradient`] instead of a wrong answer.
+pub struct ValueOnly<V>(pub V);
+
+impl<V: ValueDensity> LogDensity for ValueOnly<V> {
+    fn dim(&self) -> usize {
+        self.0.dim()
+    }
+
+    fn log_prob(&self, particles: Tensor<2>, _batch: Option<&Minibatch>) -> Tensor<1> {
+        // Detached on purpose: the black box must not leak a (wrong) gradient.
+        self.0.log_value(particles.detach()).detach()
+    }
+}

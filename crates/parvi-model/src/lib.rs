@@ -1,0 +1,27 @@
+//! parvi's model DSL.
+//!
+//! A model is a log-joint density written as a burn module and evaluated for **all particles in
+//! one batched call**: a particle matrix `[n, dim]` goes in, `log p` of shape `[n]` comes out.
+//! Everything an engine needs beyond that (scores, gradients with respect to kernel parameters)
+//! comes from burn's autodiff through [`grad`].
+//!
+//! The DSL knows nothing of engines or file formats: it speaks tensors.
+
+pub mod backend;
+pub mod density;
+pub mod dist;
+pub mod error;
+pub mod grad;
+pub mod layout;
+pub mod minibatch;
+pub mod tensor_ops;
+
+pub use backend::BackendKind;
+pub use density::{LogDensity, ValueDensity, ValueOnly};
+pub use error::ModelError;
+pub use grad::{Score, score, value_and_grad, value_and_grad2};
+pub use layout::{Block, Constraint, ParamLayout, Unpacked};
+pub use minibatch::Minibatch;
+
+/// Re-exported so users write models against the same burn the engines use.
+pub use burn;

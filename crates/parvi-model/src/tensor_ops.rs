@@ -1,0 +1,48 @@
+//! Small batched tensor helpers shared by models, kernels and metrics.
+
+use burn::tensor::{Tensor, TensorData};
+
+/// Squared Euclidean distances between the rows of `x` `[n, d]` and `y` `[m, d]`: `[n, m]`.
+///
+/// Computed as `|x|^2 + |y|^2 - 2 x y^T` (one matrix product), clamped at 0 against rounding.
+pub fn pairwise_sq_dists(x: Tensor<2>, y: Tensor<2>) -> Tensor<2> {
+    let xx = x.clone().square().sum_dim(1); // [n, 1]
+    let yy = y.clone().square().sum_dim(1).transpose(); // [1, m]
+    let xy = x.matmul(y.transpose()); // [n, m]
+    (xx + yy - xy.mul_scalar(2.0)).clamp_min(0.0)
+}
+
+/// Numerically stable `log sum exp` along `dim`, keeping the dimension.
+pub fn log_sum_exp<const D: usize>(x: Tensor<D>, dim: usize) -> Tensor<D> {
+    let max = x.clone().max_dim(dim).detach();
+    (x - max.clone()).exp().sum_dim(dim).log() + max
+}
+
+/// Numerically stable `log mean exp` along `dim`, keeping the dimension.
+pub fn log_mean_exp<const D: usize>(x: Tensor<D>, dim: usize) -> Tensor<D> {
+    let n = x.dims()[dim] as f64;
+    log_sum_exp(x, dim).sub_scalar(n.ln())
+}
+
+/// The median of all entries, computed on the device (no host read), with NumPy's convention
+/// for an even count (the mean of the two middle values).
+pub fn median_all<const D: usize>(x: Tensor<D>) -> Tensor<1> {
+    let count = x.shape().num_elements();
+    let sorted = x.reshape([count]).sort(0);
+    if count % 2 == 1 { sorted.narrow(0, count / 2, 1) } else { sorted.narrow(0, count / 2 - 1, 2).mean() }
+}
+
+/// A `[rows, cols]` tensor from row-major `f32` values.
+pub fn matrix_from_vec(values: Vec<f32>, rows: usize, cols: usize, device: &burn::tensor::Device) -> Tensor<2> {
+    Tensor::from_data(TensorData::new(values, [rows, cols]), device)
+}
+
+/// A tensor's values as `f32` on the host (a synchronising read: keep it off hot paths).
+pub fn to_vec_f32<const D: usize>(x: &Tensor<D>) -> Vec<f32> {
+    x.to_data().convert::<f32>().try_into_vec::<f32>().expect("f32 tensor data")
+}
+
+/// Whether every entry is finite (a host read of one boolean).
+pub fn all_finite<const D: usize>(x: &Tensor<D>) -> bool {
+    x.clone().is_finite().all().into_scalar::<bool>()
+}
