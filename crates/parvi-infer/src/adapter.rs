@@ -1,0 +1,345 @@
+//! Step-size adapters: turn an ascent direction into a displacement, with per-coordinate
+//! scaling and a learning-rate schedule. State is saved into [`EngineState`] under a prefix.
+
+use burn::tensor::{Device, Tensor};
+use serde::{Deserialize, Serialize};
+
+use crate::error::require_positive;
+use crate::{EngineState, InferError};
+
+/// A learning-rate schedule `lr_t` for step `t = 0, 1, ...`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Schedule {
+    Constant,
+    /// `lr (b + t)^-gamma / b^-gamma`: polynomial decay from `lr` (Welling & Teh's form).
+    Polynomial {
+        b: f64,
+        gamma: f64,
+    },
+    /// `lr * decay^t`.
+    Exponential {
+        decay: f64,
+    },
+    /// `lr * factor^(t / every)`.
+    Step {
+        every: usize,
+        factor: f64,
+    },
+}
+
+impl Schedule {
+    pub fn rate(&self, lr: f64, t: usize) -> f64 {
+        let t = t as f64;
+        match *self {
+            Schedule::Constant => lr,
+            Schedule::Polynomial { b, gamma } => lr * ((b + t) / b).powf(-gamma),
+            Schedule::Exponential { decay } => lr * decay.powf(t),
+            Schedule::Step { every, factor } => lr * factor.powf((t / every as f64).floor()),
+        }
+    }
+
+    fn validate(&self) -> Result<(), InferError> {
+        match *self {
+            Schedule::Constant => Ok(()),
+            Schedule::Polynomial { b, gamma } => {
+                require_positive("schedule.b", b)?;
+                if !(gamma >= 0.0 && gamma.is_finite()) {
+                    return Err(InferError::setting("schedule.gamma", format!("must be >= 0, got {gamma}")));
+                }
+                Ok(())
+            }
+            Schedule::Exponential { decay } => require_positive("schedule.decay", decay).map(|_| ()),
+            Schedule::Step { every, factor } => {
+                if every == 0 {
+                    return Err(InferError::setting("schedule.every", "must be >= 1"));
+                }
+                require_positive("schedule.factor", factor).map(|_| ())
+            }
+        }
+    }
+}
+
+/// Turns ascent directions into displacements.
+pub trait StepAdapter: Send {
+    /// The displacement to add to the particles for direction `phi`.
+    fn delta(&mut self, phi: Tensor<2>) -> Tensor<2>;
+    fn save(&self, state: &mut EngineState, prefix: &str);
+    fn load(&mut self, state: &EngineState, prefix: &str, device: &Device) -> Result<(), InferError>;
+}
+
+/// An adapter as a user configures it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum AdapterConfig {
+    /// Liu & Wang's AdaGrad with momentum: `hist = alpha hist + (1 - alpha) g^2` (first step
+    /// `hist = g^2`), `x += lr g / (fudge + sqrt(hist))`.
+    AdagradMomentum {
+        lr: f64,
+        alpha: f64,
+        fudge: f64,
+        schedule: Schedule,
+    },
+    Adam {
+        lr: f64,
+        beta1: f64,
+        beta2: f64,
+        eps: f64,
+        schedule: Schedule,
+    },
+    RmsProp {
+        lr: f64,
+        rho: f64,
+        eps: f64,
+        schedule: Schedule,
+    },
+    Sgd {
+        lr: f64,
+        schedule: Schedule,
+    },
+}
+
+impl AdapterConfig {
+    /// The reference SVGD adapter: AdaGrad with momentum, `alpha = 0.9`, `fudge = 1e-6`.
+    pub fn adagrad(lr: f64) -> Self {
+        AdapterConfig::AdagradMomentum { lr, alpha: 0.9, fudge: 1e-6, schedule: Schedule::Constant }
+    }
+
+    pub fn adam(lr: f64) -> Self {
+        AdapterConfig::Adam { lr, beta1: 0.9, beta2: 0.999, eps: 1e-8, schedule: Schedule::Constant }
+    }
+
+    pub fn sgd(lr: f64) -> Self {
+        AdapterConfig::Sgd { lr, schedule: Schedule::Constant }
+    }
+
+    pub fn lr(&self) -> f64 {
+        match *self {
+            AdapterConfig::AdagradMomentum { lr, .. }
+            | AdapterConfig::Adam { lr, .. }
+            | AdapterConfig::RmsProp { lr, .. }
+            | AdapterConfig::Sgd { lr, .. } => lr,
+        }
+    }
+
+    /// Validates every setting and builds the adapter.
+    pub fn build(&self) -> Result<Box<dyn StepAdapter>, InferError> {
+        let unit = |name: &'static str, v: f64| {
+            if (0.0..1.0).contains(&v) {
+                Ok(v)
+            } else {
+                Err(InferError::setting(name, format!("must be in [0, 1), got {v}")))
+            }
+        };
+        Ok(match *self {
+            AdapterConfig::AdagradMomentum { lr, alpha, fudge, schedule } => {
+                schedule.validate()?;
+                Box::new(AdagradMomentum {
+                    lr: require_positive("lr", lr)?,
+                    alpha: unit("alpha", alpha)?,
+                    fudge: require_positive("fudge", fudge)?,
+                    schedule,
+                    t: 0,
+                    hist: None,
+                })
+            }
+            AdapterConfig::Adam { lr, beta1, beta2, eps, schedule } => {
+                schedule.validate()?;
+                Box::new(Adam {
+                    lr: require_positive("lr", lr)?,
+                    beta1: unit("beta1", beta1)?,
+                    beta2: unit("beta2", beta2)?,
+                    eps: require_positive("eps", eps)?,
+                    schedule,
+                    t: 0,
+                    m: None,
+                    v: None,
+                })
+            }
+            AdapterConfig::RmsProp { lr, rho, eps, schedule } => {
+                schedule.validate()?;
+                Box::new(RmsProp {
+                    lr: require_positive("lr", lr)?,
+                    rho: unit("rho", rho)?,
+                    eps: require_positive("eps", eps)?,
+                    schedule,
+                    t: 0,
+                    v: None,
+                })
+            }
+            AdapterConfig::Sgd { lr, schedule } => {
+                schedule.validate()?;
+                Box::new(Sgd { lr: require_positive("lr", lr)?, schedule, t: 0 })
+            }
+        })
+    }
+}
+
+fn key(prefix: &str, name: &str) -> String {
+    format!("{prefix}{name}")
+}
+
+struct AdagradMomentum {
+    lr: f64,
+    alpha: f64,
+    fudge: f64,
+    schedule: Schedule,
+    t: usize,
+    hist: Option<Tensor<2>>,
+}
+
+impl StepAdapter for AdagradMomentum {
+    fn delta(&mut self, phi: Tensor<2>) -> Tensor<2> {
+        let g2 = phi.clone().square();
+        let hist = match self.hist.take() {
+            None => g2,
+            Some(h) => h.mul_scalar(self.alpha) + g2.mul_scalar(1.0 - self.alpha),
+        };
+        let lr = self.schedule.rate(self.lr, self.t);
+        let delta = phi / hist.clone().sqrt().add_scalar(self.fudge);
+        self.hist = Some(hist);
+        self.t += 1;
+        delta.mul_scalar(lr)
+    }
+
+    fn save(&self, state: &mut EngineState, prefix: &str) {
+        state.put_scalar(key(prefix, "t"), self.t as f64);
+        if let Some(h) = &self.hist {
+            state.put_tensor(key(prefix, "hist"), h);
+        }
+    }
+
+    fn load(&mut self, state: &EngineState, prefix: &str, device: &Device) -> Result<(), InferError> {
+        self.t = state.scalar(&key(prefix, "t"))? as usize;
+        self.hist = state.tensor_opt(&key(prefix, "hist"), device)?;
+        Ok(())
+    }
+}
+
+struct Adam {
+    lr: f64,
+    beta1: f64,
+    beta2: f64,
+    eps: f64,
+    schedule: Schedule,
+    t: usize,
+    m: Option<Tensor<2>>,
+    v: Option<Tensor<2>>,
+}
+
+impl StepAdapter for Adam {
+    fn delta(&mut self, phi: Tensor<2>) -> Tensor<2> {
+        let m = match self.m.take() {
+            None => phi.clone().mul_scalar(1.0 - self.beta1),
+            Some(m) => m.mul_scalar(self.beta1) + phi.clone().mul_scalar(1.0 - self.beta1),
+        };
+        let v = match self.v.take() {
+            None => phi.square().mul_scalar(1.0 - self.beta2),
+            Some(v) => v.mul_scalar(self.beta2) + phi.square().mul_scalar(1.0 - self.beta2),
+        };
+        self.t += 1;
+        let bias1 = 1.0 - self.beta1.powi(self.t as i32);
+        let bias2 = 1.0 - self.beta2.powi(self.t as i32);
+        let lr = self.schedule.rate(self.lr, self.t - 1);
+        let delta = m.clone().div_scalar(bias1) / v.clone().div_scalar(bias2).sqrt().add_scalar(self.eps);
+        self.m = Some(m);
+        self.v = Some(v);
+        delta.mul_scalar(lr)
+    }
+
+    fn save(&self, state: &mut EngineState, prefix: &str) {
+        state.put_scalar(key(prefix, "t"), self.t as f64);
+        if let (Some(m), Some(v)) = (&self.m, &self.v) {
+            state.put_tensor(key(prefix, "m"), m);
+            state.put_tensor(key(prefix, "v"), v);
+        }
+    }
+
+    fn load(&mut self, state: &EngineState, prefix: &str, device: &Device) -> Result<(), InferError> {
+        self.t = state.scalar(&key(prefix, "t"))? as usize;
+        self.m = state.tensor_opt(&key(prefix, "m"), device)?;
+        self.v = state.tensor_opt(&key(prefix, "v"), device)?;
+        Ok(())
+    }
+}
+
+struct RmsProp {
+    lr: f64,
+    rho: f64,
+    eps: f64,
+    schedule: Schedule,
+    t: usize,
+    v: Option<Tensor<2>>,
+}
+
+impl StepAdapter for RmsProp {
+    fn delta(&mut self, phi: Tensor<2>) -> Tensor<2> {
+        let g2 = phi.clone().square().mul_scalar(1.0 - self.rho);
+        let v = match self.v.take() {
+            None => g2,
+            Some(v) => v.mul_scalar(self.rho) + g2,
+        };
+        let lr = self.schedule.rate(self.lr, self.t);
+        let delta = phi / v.clone().sqrt().add_scalar(self.eps);
+        self.v = Some(v);
+        self.t += 1;
+        delta.mul_scalar(lr)
+    }
+
+    fn save(&self, state: &mut EngineState, prefix: &str) {
+        state.put_scalar(key(prefix, "t"), self.t as f64);
+        if let Some(v) = &self.v {
+            state.put_tensor(key(prefix, "v"), v);
+        }
+    }
+
+    fn load(&mut self, state: &EngineState, prefix: &str, device: &Device) -> Result<(), InferError> {
+        self.t = state.scalar(&key(prefix, "t"))? as usize;
+        self.v = state.tensor_opt(&key(prefix, "v"), device)?;
+        Ok(())
+    }
+}
+
+struct Sgd {
+    lr: f64,
+    schedule: Schedule,
+    t: usize,
+}
+
+impl StepAdapter for Sgd {
+    fn delta(&mut self, phi: Tensor<2>) -> Tensor<2> {
+        let lr = self.schedule.rate(self.lr, self.t);
+        self.t += 1;
+        phi.mul_scalar(lr)
+    }
+
+    fn save(&self, state: &mut EngineState, prefix: &str) {
+        state.put_scalar(key(prefix, "t"), self.t as f64);
+    }
+
+    fn load(&mut self, state: &EngineState, prefix: &str, _device: &Device) -> Result<(), InferError> {
+        self.t = state.scalar(&key(prefix, "t"))? as usize;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedules_decay_as_documented() {
+        let p = Schedule::Polynomial { b: 1.0, gamma: 0.55 };
+        assert_eq!(p.rate(0.1, 0), 0.1);
+        assert!((p.rate(0.1, 9) - 0.1 * 10f64.powf(-0.55)).abs() < 1e-12);
+        assert_eq!(Schedule::Step { every: 10, factor: 0.5 }.rate(1.0, 25), 0.25);
+    }
+
+    #[test]
+    fn non_positive_step_size_is_rejected_by_name() {
+        let err = AdapterConfig::adagrad(0.0).build().err().unwrap().to_string();
+        assert!(err.contains("`lr`"), "{err}");
+        let err = AdapterConfig::adam(-1.0).build().err().unwrap().to_string();
+        assert!(err.contains("`lr`"), "{err}");
+    }
+}

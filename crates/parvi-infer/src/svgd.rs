@@ -1,0 +1,55 @@
+//! Stein variational gradient descent (Liu & Wang 2016):
+//! `phi(x_i) = (1/n) sum_j [k(x_j, x_i) grad log p(x_j) + grad_{x_j} k(x_j, x_i)]`.
+
+use burn::tensor::{Device, Tensor};
+use parvi_model::score;
+use parvi_model::tensor_ops::pairwise_sq_dists;
+
+use crate::stein::stein_direction;
+use crate::{Engine, EngineState, InferError, Kernel, Particles, StepAdapter, StepContext};
+
+/// The SVGD direction of particles `x` with scores `s` under `kernel`.
+pub fn svgd_direction(kernel: &dyn Kernel, x: Tensor<2>, s: Tensor<2>) -> Tensor<2> {
+    let sq = pairwise_sq_dists(x.clone(), x.clone());
+    let eval = kernel.eval(&sq, false);
+    stein_direction(&eval, x.clone(), s, x, None)
+}
+
+pub struct Svgd {
+    kernel: Box<dyn Kernel>,
+    adapter: Box<dyn StepAdapter>,
+}
+
+impl Svgd {
+    pub fn new(kernel: Box<dyn Kernel>, adapter: Box<dyn StepAdapter>) -> Self {
+        Self { kernel, adapter }
+    }
+}
+
+impl Engine for Svgd {
+    fn name(&self) -> &'static str {
+        "svgd"
+    }
+
+    fn step(&mut self, ctx: &mut StepContext<'_>, particles: &mut Particles) -> Result<(), InferError> {
+        let x = particles.positions.clone();
+        let s = score(ctx.model, x.clone(), ctx.batch)?;
+        let phi = svgd_direction(self.kernel.as_ref(), x.clone(), s.grad);
+        particles.positions = x + self.adapter.delta(phi);
+        Ok(())
+    }
+
+    fn save(&self) -> EngineState {
+        let mut state = EngineState::default();
+        self.adapter.save(&mut state, "adapter.");
+        state
+    }
+
+    fn load(&mut self, state: &EngineState, device: &Device) -> Result<(), InferError> {
+        self.adapter.load(state, "adapter.", device)
+    }
+
+    fn report(&self) -> serde_json::Value {
+        serde_json::json!({ "kernel": self.kernel.describe() })
+    }
+}
