@@ -1,0 +1,12 @@
+//! Ready-made parvi models. Each is a burn module whose log-joint is evaluated for all particles
+//! in one batched call.
+
+pub mod banana;
+pub mod builtin;
+pub mod gaussian;
+pub mod mixture;
+
+pub use banana::Banana;
+pub use builtin::{BUILTIN_TARGETS, BuiltinTarget, builtin_target};
+pub use gaussian::Gaussian;
+pub use mixture::GaussianMixture;
