@@ -1,0 +1,235 @@
+//! `parvi fit`: run an engine on a built-in target and write summary, particles and a plot.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use parvi_infer::run::CheckpointPolicy;
+use parvi_infer::{EngineRng, KernelConfig, Particles, RunConfig, RunError, Runner, checkpoint::Checkpoint};
+use parvi_model::BackendKind;
+use parvi_models::builtin_target;
+use serde::{Deserialize, Serialize};
+
+use super::method::{Method, adapter_from_name};
+use super::{plot, read_config, write_atomic};
+
+/// Settings of `parvi fit`. Every flag may also come from a TOML file given by `--config`
+/// (same names, kebab-case); flags on the command line win over the file.
+#[derive(Args, Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct FitArgs {
+    /// TOML file with any of the settings below.
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    /// Target: gaussian (correlated 2-D), mixture (two 2-D modes) or banana.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Particle method [default: svgd].
+    #[arg(long)]
+    pub method: Option<String>,
+    /// Number of particles [default: 100].
+    #[arg(long)]
+    pub particles: Option<usize>,
+    /// Number of steps [default: 1000].
+    #[arg(long)]
+    pub steps: Option<usize>,
+    /// Seed of every random choice (initial particles, minibatches, engine noise) [default: 0].
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// ndarray, flex or wgpu [default: flex, the faster CPU backend].
+    #[arg(long)]
+    pub backend: Option<String>,
+    /// Step size of the adapter [default: 0.05].
+    #[arg(long, allow_negative_numbers = true)]
+    pub lr: Option<f64>,
+    /// Step-size adapter: adagrad (with momentum, as Liu & Wang), adam, rmsprop or sgd [default: adagrad].
+    #[arg(long)]
+    pub adapter: Option<String>,
+    /// Kernel: rbf or imq [default: rbf].
+    #[arg(long)]
+    pub kernel: Option<String>,
+    /// Fixed RBF bandwidth h in exp(-r^2 / (2 h^2)) [default: median heuristic].
+    #[arg(long, allow_negative_numbers = true)]
+    pub bandwidth: Option<f64>,
+    /// Standard deviation of the initial particles around 0 [default: 1].
+    #[arg(long, allow_negative_numbers = true)]
+    pub init_std: Option<f64>,
+    /// Write OUT/checkpoint.json every K steps.
+    #[arg(long, value_name = "K")]
+    pub checkpoint_every: Option<usize>,
+    /// Continue from a checkpoint written by an earlier run with the same settings.
+    #[arg(long, value_name = "FILE")]
+    pub resume: Option<PathBuf>,
+    /// Output directory (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Hide the progress bar.
+    #[arg(long)]
+    #[serde(default)]
+    pub quiet: bool,
+}
+
+impl FitArgs {
+    /// Flags win over the config file.
+    fn merged(self) -> Result<FitArgs> {
+        let Some(path) = self.config.clone() else { return Ok(self) };
+        let file: FitArgs = read_config(&path)?;
+        Ok(FitArgs {
+            config: Some(path),
+            model: self.model.or(file.model),
+            method: self.method.or(file.method),
+            particles: self.particles.or(file.particles),
+            steps: self.steps.or(file.steps),
+            seed: self.seed.or(file.seed),
+            backend: self.backend.or(file.backend),
+            lr: self.lr.or(file.lr),
+            adapter: self.adapter.or(file.adapter),
+            kernel: self.kernel.or(file.kernel),
+            bandwidth: self.bandwidth.or(file.bandwidth),
+            init_std: self.init_std.or(file.init_std),
+            checkpoint_every: self.checkpoint_every.or(file.checkpoint_every),
+            resume: self.resume.or(file.resume),
+            out: self.out.or(file.out),
+            quiet: self.quiet || file.quiet,
+        })
+    }
+}
+
+/// What `fit` writes to `summary.json`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct FitSummary {
+    pub method: String,
+    pub model: String,
+    pub backend: String,
+    pub particles: usize,
+    pub steps: usize,
+    pub seed: u64,
+    pub lr: f64,
+    pub seconds: f64,
+    pub ms_per_step: f64,
+    pub posterior_mean: Vec<f64>,
+    /// Row-major `dim x dim`.
+    pub posterior_cov: Vec<f64>,
+    pub true_mean: Vec<f64>,
+    pub true_cov: Vec<f64>,
+    pub engine: serde_json::Value,
+}
+
+pub fn run(args: FitArgs) -> Result<()> {
+    let args = args.merged()?;
+    let Some(model_name) = args.model.clone() else {
+        bail!("missing setting `--model` (one of: gaussian, mixture, banana)")
+    };
+    let Some(out) = args.out.clone() else { bail!("missing setting `--out DIR`") };
+    let method: Method = args.method.as_deref().unwrap_or("svgd").parse()?;
+    let n = args.particles.unwrap_or(100);
+    let steps = args.steps.unwrap_or(1000);
+    let seed = args.seed.unwrap_or(0);
+    let lr = args.lr.unwrap_or(0.05);
+    let init_std = args.init_std.unwrap_or(1.0);
+    if !(init_std > 0.0 && init_std.is_finite()) {
+        bail!("invalid setting `--init-std`: must be finite and > 0, got {init_std}");
+    }
+    let backend: BackendKind = args.backend.as_deref().map(str::parse).transpose()?.unwrap_or(BackendKind::DEFAULT);
+    if n == 0 {
+        bail!("invalid setting `--particles`: need at least one particle, got 0");
+    }
+    let kernel = match args.kernel.as_deref().unwrap_or("rbf") {
+        "rbf" => KernelConfig::Rbf { bandwidth: args.bandwidth },
+        "imq" => KernelConfig::Imq { c: 1.0, beta: -0.5 },
+        other => bail!("unknown kernel `{other}` (expected rbf or imq)"),
+    };
+    let adapter = adapter_from_name(args.adapter.as_deref().unwrap_or("adagrad"), lr)?;
+
+    let device = backend.device()?;
+    let target = builtin_target(&model_name, &device)?;
+    let mut engine = method.build(&kernel, &adapter)?;
+    std::fs::create_dir_all(&out).with_context(|| format!("cannot create output directory {}", out.display()))?;
+
+    let config = RunConfig {
+        progress: !args.quiet,
+        checkpoint: args.checkpoint_every.map(|every| CheckpointPolicy { path: out.join("checkpoint.json"), every }),
+        ..RunConfig::new(steps, seed)
+    };
+    let runner = match &args.resume {
+        Some(path) => {
+            Runner::resume(engine.as_mut(), target.density.as_ref(), config, &Checkpoint::load(path)?, &device)?
+        }
+        None => {
+            let mut rng = EngineRng::new(seed ^ 0x1417);
+            let particles = Particles::gaussian(n, target.density.dim(), 0.0, init_std, &mut rng, &device)?;
+            Runner::new(engine.as_mut(), target.density.as_ref(), particles, config)?
+        }
+    };
+    let outcome = match runner.run(&mut []) {
+        Ok(outcome) => outcome,
+        Err(RunError::Diverged { step, cause, last_finite }) => {
+            write_particles(&out.join("particles.csv"), &last_finite)?;
+            bail!(
+                "diverged at step {step}: {cause}; the last finite particles are in {}",
+                out.join("particles.csv").display()
+            )
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let particles = &outcome.particles;
+    let summary = FitSummary {
+        method: method.name().into(),
+        model: target.name.into(),
+        backend: backend.name().into(),
+        particles: particles.len(),
+        steps: outcome.steps,
+        seed,
+        lr,
+        seconds: outcome.seconds,
+        ms_per_step: outcome.ms_per_step(),
+        posterior_mean: particles.mean(),
+        posterior_cov: particles.covariance(),
+        true_mean: target.mean.clone(),
+        true_cov: target.cov.clone(),
+        engine: engine.report(),
+    };
+    write_atomic(&out.join("summary.json"), &serde_json::to_vec_pretty(&summary)?)?;
+    write_particles(&out.join("particles.csv"), particles)?;
+    plot::particles_over_density(
+        &out.join("particles.svg"),
+        target.density.as_ref(),
+        target.window,
+        particles,
+        &device,
+        &format!("{} on {}", method, target.name),
+    )?;
+    println!(
+        "{} on {} ({}): {} particles, {} steps, {:.3} ms/step; mean {:?}; wrote {}",
+        method,
+        target.name,
+        backend,
+        particles.len(),
+        outcome.steps,
+        outcome.ms_per_step(),
+        summary.posterior_mean.iter().map(|v| format!("{v:.4}")).collect::<Vec<_>>(),
+        out.display()
+    );
+    Ok(())
+}
+
+/// Particles as CSV with a header `x0,x1,...` (and `weight` when weighted).
+pub fn write_particles(path: &Path, particles: &Particles) -> Result<()> {
+    let dim = particles.dim();
+    let mut text: String = (0..dim).map(|i| format!("x{i}")).collect::<Vec<_>>().join(",");
+    let weights = particles.weights.as_ref().map(parvi_model::tensor_ops::to_vec_f32);
+    if weights.is_some() {
+        text.push_str(",weight");
+    }
+    text.push('\n');
+    for (i, row) in particles.to_rows().iter().enumerate() {
+        let mut line = row.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(",");
+        if let Some(w) = &weights {
+            line.push_str(&format!(",{}", w[i]));
+        }
+        text.push_str(&line);
+        text.push('\n');
+    }
+    write_atomic(path, text.as_bytes())
+}

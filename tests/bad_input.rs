@@ -1,0 +1,90 @@
+//! Bad input gets a clear error naming the step or setting, never a panic.
+
+mod common;
+
+use std::process::Command;
+
+use common::flex;
+use parvi::infer::{AdapterConfig, EngineRng, Particles, Rbf, RunConfig, RunError, Runner, Svgd};
+use parvi::model::burn::tensor::Tensor;
+use parvi::model::{BackendKind, LogDensity, Minibatch};
+
+/// A log-joint that turns NaN once a particle passes x0 > 2, with a drift that pushes it there.
+struct NanBeyond;
+
+impl LogDensity for NanBeyond {
+    fn dim(&self) -> usize {
+        2
+    }
+    fn log_prob(&self, x: Tensor<2>, _: Option<&Minibatch>) -> Tensor<1> {
+        let n = x.dims()[0];
+        // sqrt(2 - x0) is NaN past 2; the drift (about 3) pushes particles there.
+        let x0 = x.clone().narrow(1, 0, 1);
+        (x0.clone().mul_scalar(3.0) + x0.neg().add_scalar(2.0).sqrt().mul_scalar(1e-3)).reshape([n])
+    }
+}
+
+#[test]
+fn nan_log_joint_stops_with_the_step_and_keeps_finite_particles() {
+    let device = flex();
+    let start = Particles::gaussian(10, 2, 0.0, 0.1, &mut EngineRng::new(0), &device).unwrap();
+    let mut svgd = Svgd::new(Box::new(Rbf::median()), AdapterConfig::sgd(0.2).build().unwrap());
+    let err = Runner::new(&mut svgd, &NanBeyond, start, RunConfig::new(500, 0)).unwrap().run(&mut []).unwrap_err();
+    match err {
+        RunError::Diverged { step, cause, last_finite } => {
+            assert!(step > 0 && step < 500, "step {step}");
+            assert!(cause.contains("non-finite"), "{cause}");
+            assert!(last_finite.is_finite());
+            let msg = RunError::Diverged { step, cause, last_finite }.to_string();
+            assert!(msg.contains(&format!("step {step}")), "{msg}");
+        }
+        other => panic!("expected divergence, got {other}"),
+    }
+}
+
+#[test]
+fn zero_particles_and_bad_settings_are_named() {
+    let device = flex();
+    let err = Particles::gaussian(0, 2, 0.0, 1.0, &mut EngineRng::new(0), &device).unwrap_err().to_string();
+    assert!(err.contains("`particles`"), "{err}");
+    assert!(Rbf::fixed(0.0).unwrap_err().to_string().contains("`bandwidth`"));
+    assert!(Rbf::fixed(-1.0).unwrap_err().to_string().contains("`bandwidth`"));
+    assert!(AdapterConfig::adagrad(-0.1).build().err().unwrap().to_string().contains("`lr`"));
+    assert!("cuda".parse::<BackendKind>().unwrap_err().to_string().contains("unknown backend `cuda`"));
+}
+
+fn parvi(args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_parvi")).args(args).output().expect("run parvi");
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!stderr.contains("panicked"), "parvi panicked: {stderr}");
+    (out.status.success(), stderr)
+}
+
+#[test]
+fn cli_rejects_bad_settings_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let cases: [(&[&str], &str); 6] = [
+        (&["fit", "--model", "nope", "--out", out], "unknown model `nope`"),
+        (&["fit", "--model", "gaussian", "--backend", "tpu", "--out", out], "unknown backend `tpu`"),
+        (&["fit", "--model", "gaussian", "--particles", "0", "--out", out], "`--particles`"),
+        (&["fit", "--model", "gaussian", "--lr", "0", "--out", out], "`lr`"),
+        (&["fit", "--model", "gaussian", "--bandwidth", "-1", "--out", out], "`bandwidth`"),
+        (&["fit", "--model", "gaussian", "--method", "magic", "--out", out], "unknown method `magic`"),
+    ];
+    for (args, needle) in cases {
+        let (ok, stderr) = parvi(args);
+        assert!(!ok, "{args:?} should fail");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn cli_config_file_errors_name_the_file_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("fit.toml");
+    std::fs::write(&cfg, "model = \"gaussian\"\nparticels = 10\n").unwrap();
+    let (ok, stderr) = parvi(&["fit", "--config", cfg.to_str().unwrap(), "--out", dir.path().to_str().unwrap()]);
+    assert!(!ok);
+    assert!(stderr.contains("fit.toml") && stderr.contains("particels"), "{stderr}");
+}
