@@ -2,11 +2,14 @@
 //! in one batched call.
 
 pub mod banana;
+pub mod bnn;
 pub mod builtin;
 pub mod gaussian;
 pub mod mixture;
+pub mod regression;
 
 pub use banana::Banana;
+pub use bnn::{Bnn, WeightPrior};
 pub use builtin::{BUILTIN_TARGETS, BuiltinTarget, builtin_target};
 pub use gaussian::Gaussian;
 pub use mixture::GaussianMixture;
