@@ -1,14 +1,16 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use parvi::cli::{bench, data, fit};
+use parvi::cli::{bench, bnn, data, fit};
 
 /// parvi: particle-based variational inference (SVGD and friends) on burn.
 #[derive(Parser, Debug)]
 #[command(name = "parvi", version, about, long_about = None)]
 struct Cli {
+    /// Without a subcommand, parvi runs its main job: `parvi bnn` with its defaults (a BNN
+    /// posterior on the built-in toy regression, written to out/).
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -16,6 +18,8 @@ enum Command {
     /// Fit a particle approximation to a built-in target; writes summary.json, particles.csv
     /// and particles.svg to --out.
     Fit(Box<fit::FitArgs>),
+    /// Train a BNN posterior on the toy regression or a UCI split; writes scores and a plot.
+    Bnn(Box<bnn::BnnArgs>),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -26,9 +30,11 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Fit(args) => fit::run(*args),
-        Command::Bench(cmd) => bench::run(cmd),
-        Command::Data(args) => data::run(args),
+        None => bnn::run(bnn::BnnArgs::default()),
+        Some(Command::Fit(args)) => fit::run(*args),
+        Some(Command::Bnn(args)) => bnn::run(*args),
+        Some(Command::Bench(cmd)) => bench::run(cmd),
+        Some(Command::Data(args)) => data::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

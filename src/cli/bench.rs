@@ -15,6 +15,8 @@ use super::write_atomic;
 pub enum BenchCommand {
     /// ms per step (median of repeats after warm-up) on fixed workloads.
     Speed(SpeedArgs),
+    /// BNN posteriors on the standard UCI splits: test RMSE and log-likelihood, mean +- s.e.
+    Uci(super::uci::UciArgs),
 }
 
 #[derive(Args, Debug)]
@@ -51,6 +53,7 @@ pub const BOSTON_BNN_DIM: usize = 753;
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Speed(args) => speed(args),
+        BenchCommand::Uci(args) => super::uci::run(args),
     }
 }
 

@@ -1,10 +1,13 @@
 //! The `parvi` command line: argument types, config-file merging and the subcommands.
 
 pub mod bench;
+pub mod bnn;
+pub mod bnn_run;
 pub mod data;
 pub mod fit;
 pub mod method;
 pub mod plot;
+pub mod uci;
 
 use std::path::Path;
 

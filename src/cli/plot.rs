@@ -62,3 +62,30 @@ pub fn particles_over_density(
     root.present().map_err(|e| anyhow!("plot {}: {e}", path.display()))?;
     Ok(())
 }
+
+/// A 1-D predictive: `(x, mean, half_width)` bands with the training points.
+pub fn predictive_bands(path: &Path, bands: &[(f64, f64, f64)], points: &[(f64, f64)], title: &str) -> Result<()> {
+    let err = |e: &dyn std::fmt::Display| anyhow!("plot {}: {e}", path.display());
+    let (x0, x1) = (bands.first().map_or(0.0, |b| b.0), bands.last().map_or(1.0, |b| b.0));
+    let ys = bands.iter().flat_map(|b| [b.1 - b.2, b.1 + b.2]).chain(points.iter().map(|p| p.1));
+    let (y0, y1) = ys.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(v), b.max(v)));
+    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(50)
+        .build_cartesian_2d(x0..x1, y0..y1)
+        .map_err(|e| err(&e))?;
+    chart.configure_mesh().draw().map_err(|e| err(&e))?;
+    let upper = bands.iter().map(|b| (b.0, b.1 + b.2));
+    let lower = bands.iter().rev().map(|b| (b.0, b.1 - b.2));
+    chart
+        .draw_series(std::iter::once(Polygon::new(upper.chain(lower).collect::<Vec<_>>(), BLUE.mix(0.2).filled())))
+        .map_err(|e| err(&e))?;
+    chart.draw_series(LineSeries::new(bands.iter().map(|b| (b.0, b.1)), BLUE.stroke_width(2))).map_err(|e| err(&e))?;
+    chart.draw_series(points.iter().map(|&p| Circle::new(p, 4, RED.filled()))).map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
+}

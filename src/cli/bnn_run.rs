@@ -1,0 +1,77 @@
+//! One BNN posterior on one prepared split: build the model, initialise as the reference,
+//! run an engine with minibatches, and score the test set. Shared by `parvi bnn` (the main job)
+//! and `parvi bench uci`.
+
+use anyhow::Result;
+use burn::tensor::{Device, Tensor};
+use parvi_data::Prepared;
+use parvi_infer::{BatchOrder, Particles, RunConfig, Runner};
+use parvi_model::tensor_ops::{matrix_from_vec, to_vec_f32};
+use parvi_models::regression::{Predictions, RegressionScore, choose_precisions, score};
+use parvi_models::{Bnn, WeightPrior};
+use serde::{Deserialize, Serialize};
+
+use super::method::Method;
+
+/// The protocol of Liu & Wang's BNN experiments; every method is compared on the same budget.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BnnProtocol {
+    pub method: Method,
+    pub particles: usize,
+    pub batch: usize,
+    pub iters: usize,
+    pub lr: f64,
+    pub hidden: usize,
+    pub seed: u64,
+    /// Fixed weight-prior precision; `None` samples it (`Gamma(1, 0.1)`, the reference).
+    pub fixed_lambda: Option<f64>,
+}
+
+pub struct BnnFit {
+    pub model: Bnn,
+    pub particles: Particles,
+    pub score: RegressionScore,
+    pub seconds: f64,
+    /// Original-scale noise precision chosen per particle.
+    pub precisions: Vec<f64>,
+}
+
+pub fn fit_split(data: &Prepared, protocol: &BnnProtocol, device: &Device, progress: bool) -> Result<BnnFit> {
+    if data.y_train.is_empty() {
+        anyhow::bail!("the training split has zero rows");
+    }
+    let prior = protocol.fixed_lambda.map_or(WeightPrior::Hierarchical, WeightPrior::Fixed);
+    let model = Bnn::with_prior(&data.x_train, &data.y_train, data.features, protocol.hidden, prior, device)?;
+    let start = Particles::new(model.init(protocol.particles, protocol.seed, device)?);
+    let adapter = parvi_infer::AdapterConfig::adagrad(protocol.lr);
+    let mut engine = protocol.method.build(&Default::default(), &adapter)?;
+    let config = RunConfig {
+        batch_size: Some(protocol.batch),
+        batch_order: BatchOrder::Cycle,
+        progress,
+        ..RunConfig::new(protocol.iters, protocol.seed)
+    };
+    let outcome = Runner::new(engine.as_mut(), &model, start, config)?.run(&mut [])?;
+    let particles = outcome.particles;
+    let n = particles.len();
+    let column = model.log_gamma_column();
+    let gamma: Vec<f64> =
+        to_vec_f32(&particles.positions.clone().narrow(1, column, 1)).iter().map(|g| f64::from(*g).exp()).collect();
+    let predict = |x: &[f64]| -> Vec<f32> {
+        let rows = x.len() / data.features;
+        if rows == 0 {
+            return Vec::new();
+        }
+        let x: Tensor<2> = matrix_from_vec(x.iter().map(|&v| v as f32).collect(), rows, data.features, device);
+        to_vec_f32(&model.forward(particles.positions.clone(), x))
+    };
+    let original = |ys: &[f64]| ys.iter().map(|&y| data.norm.y_to_original(y)).collect::<Vec<_>>();
+    let (dev_pred, dev_y) = (predict(&data.x_dev), original(&data.y_dev));
+    let dev = Predictions { values: &dev_pred, particles: n, targets: &dev_y };
+    let (y_mean, y_std) = (data.norm.y_mean, data.norm.y_std);
+    let precisions = choose_precisions(&gamma, y_mean, y_std, (!dev_y.is_empty()).then_some(&dev));
+    let (test_pred, test_y) = (predict(&data.x_test), original(&data.y_test));
+    let test = Predictions { values: &test_pred, particles: n, targets: &test_y };
+    let score = score(&test, &precisions, y_mean, y_std);
+    Ok(BnnFit { model, particles, score, seconds: outcome.seconds, precisions })
+}

@@ -1,0 +1,162 @@
+//! `parvi bench uci`: the BNN benchmark on the standard UCI splits, mean +- standard error over
+//! splits (the PBP and SVGD papers' convention).
+
+use std::path::PathBuf;
+
+use anyhow::{Result, bail};
+use clap::Args;
+use parvi_data::{DevSplit, Task, prepare};
+use parvi_model::BackendKind;
+use serde::Serialize;
+
+use super::bnn_run::{BnnProtocol, fit_split};
+use super::method::Method;
+use super::write_atomic;
+
+#[derive(Args, Debug)]
+pub struct UciArgs {
+    /// Data set name or alias (boston, concrete, energy, kin8nm, naval, power-plant, protein,
+    /// wine, yacht), or `all` for every regression set.
+    #[arg(long)]
+    pub dataset: String,
+    /// Particle method.
+    #[arg(long, default_value = "svgd")]
+    pub method: String,
+    /// `all`, or the number of splits to run (the first K).
+    #[arg(long, default_value = "all")]
+    pub splits: String,
+    /// Iterations per split.
+    #[arg(long, default_value_t = 2000)]
+    pub iters: usize,
+    #[arg(long, default_value_t = 20)]
+    pub particles: usize,
+    /// Minibatch size.
+    #[arg(long, default_value_t = 100)]
+    pub batch: usize,
+    /// AdaGrad-with-momentum step size.
+    #[arg(long, default_value_t = 1e-3, allow_negative_numbers = true)]
+    pub lr: f64,
+    /// Hidden units (100 for protein in the reference; 50 otherwise).
+    #[arg(long)]
+    pub hidden: Option<usize>,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    #[arg(long)]
+    pub backend: Option<String>,
+    /// Data directory [default: $PARVI_DATA_DIR, else ./datasets].
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Write per-split results and summaries as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SplitRow {
+    pub split: usize,
+    pub rmse: f64,
+    pub ll: f64,
+    pub seconds: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DatasetResult {
+    pub dataset: String,
+    pub method: String,
+    pub protocol: BnnProtocol,
+    pub splits: Vec<SplitRow>,
+    pub rmse_mean: f64,
+    pub rmse_se: f64,
+    pub ll_mean: f64,
+    pub ll_se: f64,
+    pub seconds: f64,
+}
+
+fn mean_se(xs: &[f64]) -> (f64, f64) {
+    let n = xs.len() as f64;
+    let mean = xs.iter().sum::<f64>() / n;
+    if xs.len() < 2 {
+        return (mean, 0.0);
+    }
+    let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    (mean, (var / n).sqrt())
+}
+
+pub fn run(args: UciArgs) -> Result<()> {
+    let method: Method = args.method.parse()?;
+    let backend: BackendKind = args.backend.as_deref().map(str::parse).transpose()?.unwrap_or(BackendKind::DEFAULT);
+    let device = backend.device()?;
+    let data_dir = parvi_data::data_dir(args.data_dir.as_deref());
+    let registry = parvi_data::Registry::builtin();
+    let names: Vec<String> = if args.dataset == "all" {
+        registry.entries().iter().filter(|e| e.task == Task::Regression).map(|e| e.name.clone()).collect()
+    } else {
+        vec![registry.resolve(&args.dataset)?.name.clone()]
+    };
+    let mut results = Vec::new();
+    for name in names {
+        let ds = parvi_data::load(&name, &data_dir)?;
+        if ds.task != Task::Regression {
+            bail!("data set `{name}` is a {} task; the BNN harness needs regression", ds.task);
+        }
+        let count = match args.splits.as_str() {
+            "all" => ds.splits.len(),
+            k => match k.parse::<usize>() {
+                Ok(k) if k >= 1 => k.min(ds.splits.len()),
+                _ => bail!("invalid setting `--splits`: expected `all` or a positive count, got `{k}`"),
+            },
+        };
+        let protocol = BnnProtocol {
+            method,
+            particles: args.particles,
+            batch: args.batch,
+            iters: args.iters,
+            lr: args.lr,
+            hidden: args.hidden.unwrap_or(if name.starts_with("protein") { 100 } else { 50 }),
+            seed: args.seed,
+            fixed_lambda: None,
+        };
+        let mut rows = Vec::with_capacity(count);
+        for split in 0..count {
+            let data = prepare(&ds, split, DevSplit::Reference)?;
+            let fit = fit_split(&data, &protocol, &device, true)?;
+            eprintln!("{name} split {split}: rmse {:.4} ll {:.4} ({:.2} s)", fit.score.rmse, fit.score.ll, fit.seconds);
+            rows.push(SplitRow { split, rmse: fit.score.rmse, ll: fit.score.ll, seconds: fit.seconds });
+        }
+        let (rmse_mean, rmse_se) = mean_se(&rows.iter().map(|r| r.rmse).collect::<Vec<_>>());
+        let (ll_mean, ll_se) = mean_se(&rows.iter().map(|r| r.ll).collect::<Vec<_>>());
+        let seconds = rows.iter().map(|r| r.seconds).sum();
+        results.push(DatasetResult {
+            dataset: name,
+            method: method.name().into(),
+            protocol,
+            splits: rows,
+            rmse_mean,
+            rmse_se,
+            ll_mean,
+            ll_se,
+            seconds,
+        });
+    }
+    println!("| dataset | method | splits | test RMSE | test LL | seconds |");
+    println!("|---|---|---|---|---|---|");
+    for r in &results {
+        println!(
+            "| {} | {} | {} | {:.3} +- {:.3} | {:.3} +- {:.3} | {:.1} |",
+            r.dataset,
+            r.method,
+            r.splits.len(),
+            r.rmse_mean,
+            r.rmse_se,
+            r.ll_mean,
+            r.ll_se,
+            r.seconds
+        );
+    }
+    if let Some(path) = &args.json {
+        let value =
+            if results.len() == 1 { serde_json::to_value(&results[0])? } else { serde_json::to_value(&results)? };
+        write_atomic(path, &serde_json::to_vec_pretty(&value)?)?;
+    }
+    Ok(())
+}
