@@ -20,9 +20,7 @@ pub fn read_config<T: DeserializeOwned>(path: &Path) -> Result<T> {
     toml::from_str(&text).map_err(|e| anyhow::anyhow!("config file {}: {e}", path.display()))
 }
 
-/// Writes `bytes` to `path` through a temporary file and a rename.
+/// Writes an output file atomically (the core's checkpoint writer), naming it on error.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-    std::fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
+    parvi_infer::checkpoint::write_atomic(path, bytes).with_context(|| format!("cannot write {}", path.display()))
 }

@@ -12,6 +12,24 @@ use crate::{EngineState, InferError, TensorRecord};
 /// Bumped when the layout changes incompatibly.
 pub const FORMAT: u32 = 1;
 
+/// Writes `bytes` to `path` through a synced temporary file in the same directory and a rename,
+/// so readers see the old file or the new one, never a torn one. Creates missing directories.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    let write = || -> std::io::Result<()> {
+        let mut f = fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)
+    };
+    write().inspect_err(|_| {
+        let _ = fs::remove_file(&tmp);
+    })
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Checkpoint {
     pub format: u32,
@@ -32,20 +50,7 @@ impl Checkpoint {
     pub fn save(&self, path: &Path) -> Result<(), InferError> {
         let err = |reason: String| InferError::Checkpoint { path: path.display().to_string(), reason };
         let json = serde_json::to_vec(self).map_err(|e| err(e.to_string()))?;
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            fs::create_dir_all(dir).map_err(|e| err(format!("cannot create directory: {e}")))?;
-        }
-        let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-        let write = || -> std::io::Result<()> {
-            let mut f = fs::File::create(&tmp)?;
-            f.write_all(&json)?;
-            f.sync_all()?;
-            fs::rename(&tmp, path)
-        };
-        write().map_err(|e| {
-            let _ = fs::remove_file(&tmp);
-            err(e.to_string())
-        })
+        write_atomic(path, &json).map_err(|e| err(e.to_string()))
     }
 
     pub fn load(path: &Path) -> Result<Self, InferError> {
