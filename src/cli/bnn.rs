@@ -106,6 +106,7 @@ pub fn run(args: BnnArgs) -> Result<()> {
         hidden: args.hidden,
         seed: args.seed,
         fixed_lambda: args.lambda.or(if args.dataset.is_none() { Some(1.0) } else { None }),
+        eval_every: None,
     };
     let fit = fit_split(&data, &protocol, &device, true)?;
     std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;

@@ -5,7 +5,7 @@
 use anyhow::Result;
 use burn::tensor::{Device, Tensor};
 use parvi_data::Prepared;
-use parvi_infer::{BatchOrder, Particles, RunConfig, Runner};
+use parvi_infer::{BatchOrder, Callback, Particles, RunConfig, Runner};
 use parvi_model::tensor_ops::{matrix_from_vec, to_vec_f32};
 use parvi_models::regression::{Predictions, RegressionScore, choose_precisions, score};
 use parvi_models::{Bnn, WeightPrior};
@@ -25,6 +25,47 @@ pub struct BnnProtocol {
     pub seed: u64,
     /// Fixed weight-prior precision; `None` samples it (`Gamma(1, 0.1)`, the reference).
     pub fixed_lambda: Option<f64>,
+    /// Early stopping: every this many steps, score the development split and keep the
+    /// particles with the best development log-likelihood. `None` keeps the last particles.
+    pub eval_every: Option<usize>,
+}
+
+/// Scores the development split every `every` steps and keeps the best particles seen.
+struct DevMonitor<'a> {
+    model: &'a Bnn,
+    x_dev: Tensor<2>,
+    y_dev: Vec<f64>,
+    y_mean: f64,
+    y_std: f64,
+    every: usize,
+    best: Option<(f64, Particles)>,
+}
+
+impl DevMonitor<'_> {
+    fn dev_ll(&self, particles: &Particles) -> f64 {
+        let n = particles.len();
+        let column = self.model.log_gamma_column();
+        let gamma: Vec<f64> =
+            to_vec_f32(&particles.positions.clone().narrow(1, column, 1)).iter().map(|g| f64::from(*g).exp()).collect();
+        let pred = to_vec_f32(&self.model.forward(particles.positions.clone(), self.x_dev.clone()));
+        let dev = Predictions { values: &pred, particles: n, targets: &self.y_dev };
+        let precisions = choose_precisions(&gamma, self.y_mean, self.y_std, None);
+        score(&dev, &precisions, self.y_mean, self.y_std).ll
+    }
+}
+
+impl Callback for DevMonitor<'_> {
+    fn every(&self) -> usize {
+        self.every
+    }
+
+    fn on_step(&mut self, _step: usize, particles: &Particles) -> Result<(), parvi_infer::InferError> {
+        let ll = self.dev_ll(particles);
+        if ll.is_finite() && self.best.as_ref().is_none_or(|(best, _)| ll > *best) {
+            self.best = Some((ll, particles.clone()));
+        }
+        Ok(())
+    }
 }
 
 pub struct BnnFit {
@@ -51,8 +92,30 @@ pub fn fit_split(data: &Prepared, protocol: &BnnProtocol, device: &Device, progr
         progress,
         ..RunConfig::new(protocol.iters, protocol.seed)
     };
-    let outcome = Runner::new(engine.as_mut(), &model, start, config)?.run(&mut [])?;
-    let particles = outcome.particles;
+    let original = |ys: &[f64]| ys.iter().map(|&y| data.norm.y_to_original(y)).collect::<Vec<_>>();
+    let mut monitor = match protocol.eval_every {
+        Some(every) if !data.y_dev.is_empty() => Some(DevMonitor {
+            model: &model,
+            x_dev: matrix_from_vec(
+                data.x_dev.iter().map(|&v| v as f32).collect(),
+                data.y_dev.len(),
+                data.features,
+                device,
+            ),
+            y_dev: original(&data.y_dev),
+            y_mean: data.norm.y_mean,
+            y_std: data.norm.y_std,
+            every,
+            best: None,
+        }),
+        _ => None,
+    };
+    let mut callbacks: Vec<&mut dyn Callback> = monitor.iter_mut().map(|m| m as &mut dyn Callback).collect();
+    let outcome = Runner::new(engine.as_mut(), &model, start, config)?.run(&mut callbacks)?;
+    let particles = match monitor.and_then(|m| m.best) {
+        Some((_, best)) => best,
+        None => outcome.particles,
+    };
     let n = particles.len();
     let column = model.log_gamma_column();
     let gamma: Vec<f64> =
@@ -65,7 +128,6 @@ pub fn fit_split(data: &Prepared, protocol: &BnnProtocol, device: &Device, progr
         let x: Tensor<2> = matrix_from_vec(x.iter().map(|&v| v as f32).collect(), rows, data.features, device);
         to_vec_f32(&model.forward(particles.positions.clone(), x))
     };
-    let original = |ys: &[f64]| ys.iter().map(|&y| data.norm.y_to_original(y)).collect::<Vec<_>>();
     let (dev_pred, dev_y) = (predict(&data.x_dev), original(&data.y_dev));
     let dev = Predictions { values: &dev_pred, particles: n, targets: &dev_y };
     let (y_mean, y_std) = (data.norm.y_mean, data.norm.y_std);

@@ -41,6 +41,9 @@ pub struct UciArgs {
     pub hidden: Option<usize>,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Early stopping: score the development split every K steps and keep the best particles.
+    #[arg(long, value_name = "K")]
+    pub eval_every: Option<usize>,
     #[arg(long)]
     pub backend: Option<String>,
     /// Data directory [default: $PARVI_DATA_DIR, else ./datasets].
@@ -115,6 +118,7 @@ pub fn run(args: UciArgs) -> Result<()> {
             hidden: args.hidden.unwrap_or(if name.starts_with("protein") { 100 } else { 50 }),
             seed: args.seed,
             fixed_lambda: None,
+            eval_every: args.eval_every,
         };
         let mut rows = Vec::with_capacity(count);
         for split in 0..count {
