@@ -2,6 +2,7 @@
 //! in one batched call.
 
 pub mod banana;
+pub mod blr;
 pub mod bnn;
 pub mod builtin;
 pub mod gaussian;
@@ -9,6 +10,7 @@ pub mod mixture;
 pub mod regression;
 
 pub use banana::Banana;
+pub use blr::LogisticRegression;
 pub use bnn::{Bnn, WeightPrior};
 pub use builtin::{BUILTIN_TARGETS, BuiltinTarget, builtin_target};
 pub use gaussian::Gaussian;

@@ -1,0 +1,121 @@
+//! Bayesian logistic regression (Liu & Wang 2016): `y ~ Bernoulli(sigmoid(w . x + b))`,
+//! `w, b ~ N(0, 1/alpha)`, `alpha ~ Gamma(1, 0.01)` sampled as `log alpha`.
+//! Logits for all particles are one product `[B, d] x [d, n]`.
+
+use burn::module::Module;
+use burn::tensor::{Device, Tensor, activation};
+use parvi_model::dist::{Bernoulli, Gamma, LogProb, Normal};
+use parvi_model::tensor_ops::{matrix_from_vec, to_vec_f32};
+use parvi_model::{LogDensity, Minibatch, ModelError, ParamLayout};
+
+pub const ALPHA_A0: f64 = 1.0;
+pub const ALPHA_B0: f64 = 0.01;
+
+#[derive(Module, Debug)]
+pub struct LogisticRegression {
+    /// `[rows, d]`
+    x: Tensor<2>,
+    /// `[rows, 1]` labels in {0, 1}
+    y: Tensor<2>,
+    rows: usize,
+    features: usize,
+    #[module(skip)]
+    layout: ParamLayout,
+}
+
+impl LogisticRegression {
+    pub fn new(x: &[f64], y: &[f64], features: usize, device: &Device) -> Result<Self, ModelError> {
+        let rows = y.len();
+        if rows == 0 || features == 0 || x.len() != rows * features {
+            return Err(ModelError::InvalidParameter {
+                dist: "LogisticRegression",
+                name: "data",
+                reason: format!("need rows x features values with rows >= 1, got {} for {rows} labels", x.len()),
+            });
+        }
+        if let Some(bad) = y.iter().find(|&&v| v != 0.0 && v != 1.0) {
+            return Err(ModelError::InvalidParameter {
+                dist: "LogisticRegression",
+                name: "labels",
+                reason: format!("labels must be 0 or 1, found {bad}"),
+            });
+        }
+        if x.iter().any(|v| !v.is_finite()) {
+            return Err(ModelError::InvalidParameter {
+                dist: "LogisticRegression",
+                name: "data",
+                reason: "features contain NaN or infinity".into(),
+            });
+        }
+        let layout = ParamLayout::new().real("w", &[features])?.real("b", &[])?.positive("alpha", &[])?;
+        Ok(Self {
+            x: matrix_from_vec(x.iter().map(|&v| v as f32).collect(), rows, features, device),
+            y: matrix_from_vec(y.iter().map(|&v| v as f32).collect(), rows, 1, device),
+            rows,
+            features,
+            layout,
+        })
+    }
+
+    pub fn layout(&self) -> &ParamLayout {
+        &self.layout
+    }
+
+    /// Logits `[B, n]` of inputs `[B, d]` under every particle.
+    pub fn logits(&self, particles: Tensor<2>, x: Tensor<2>) -> Tensor<2> {
+        let (n, d) = (particles.dims()[0], self.features);
+        let w = particles.clone().narrow(1, 0, d).transpose(); // [d, n]
+        let b = particles.narrow(1, d, 1).reshape([1, n]);
+        x.matmul(w) + b
+    }
+
+    /// Particle-averaged probability of label 1 for each row of `x` (row-major `[rows, d]`).
+    pub fn predict_proba(&self, particles: Tensor<2>, x: &[f64], device: &Device) -> Vec<f64> {
+        let rows = x.len() / self.features;
+        if rows == 0 {
+            return Vec::new();
+        }
+        let x = matrix_from_vec(x.iter().map(|&v| v as f32).collect(), rows, self.features, device);
+        let p = activation::sigmoid(self.logits(particles, x)).mean_dim(1);
+        to_vec_f32(&p).into_iter().map(f64::from).collect()
+    }
+}
+
+impl LogDensity for LogisticRegression {
+    fn dim(&self) -> usize {
+        self.layout.dim()
+    }
+
+    fn data_len(&self) -> Option<usize> {
+        Some(self.rows)
+    }
+
+    fn log_prob(&self, particles: Tensor<2>, batch: Option<&Minibatch>) -> Tensor<1> {
+        let n = particles.dims()[0];
+        let p = self.layout.unpack(particles.clone());
+        let alpha: Tensor<1> = p.get("alpha").expect("layout block");
+        let (x, scale) = Minibatch::select(batch, self.x.clone());
+        let (y, _) = Minibatch::select(batch, self.y.clone());
+        let lik = Bernoulli::from_logits(self.logits(particles.clone(), x)).log_prob(y).sum_dim(0).reshape([n]);
+        let weights = particles.narrow(1, 0, self.features + 1);
+        let prior =
+            Normal::with_precision(0.0, alpha.clone().reshape([n, 1])).log_prob(weights).sum_dim(1).reshape([n]);
+        let hyper = Gamma::new(ALPHA_A0, ALPHA_B0).expect("valid prior").log_prob(alpha);
+        lik.mul_scalar(scale) + prior + hyper + p.log_jacobian
+    }
+}
+
+/// Test accuracy (threshold 1/2) and mean test log-likelihood of particle-averaged probabilities.
+pub fn classification_score(proba: &[f64], labels: &[f64]) -> (f64, f64) {
+    let rows = labels.len().max(1) as f64;
+    let correct = proba.iter().zip(labels).filter(|(p, y)| (**p >= 0.5) == (**y == 1.0)).count();
+    let ll: f64 = proba
+        .iter()
+        .zip(labels)
+        .map(|(p, y)| {
+            let p = p.clamp(1e-12, 1.0 - 1e-12);
+            if *y == 1.0 { p.ln() } else { (1.0 - p).ln() }
+        })
+        .sum();
+    (correct as f64 / rows, ll / rows)
+}
