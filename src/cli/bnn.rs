@@ -7,12 +7,10 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 use parvi_data::{DevSplit, Prepared, prepare};
-use parvi_model::BackendKind;
 use parvi_model::tensor_ops::{matrix_from_vec, to_vec_f32};
 use serde::Serialize;
 
-use super::bnn_run::{BnnFit, BnnProtocol, fit_split};
-use super::method::Method;
+use super::bnn_run::{BnnFit, BnnProtocol, ProtocolArgs, fit_split};
 use super::{plot, write_atomic};
 
 #[derive(Args, Debug, Clone)]
@@ -24,31 +22,13 @@ pub struct BnnArgs {
     /// Which standard split of the data set.
     #[arg(long, default_value_t = 0)]
     pub split: usize,
-    #[arg(long, default_value = "svgd")]
-    pub method: String,
-    #[arg(long, default_value_t = 20)]
-    pub particles: usize,
-    #[arg(long, default_value_t = 100)]
-    pub batch: usize,
-    #[arg(long, default_value_t = 2000)]
-    pub iters: usize,
-    /// AdaGrad-with-momentum step size [default: 1e-2 on the toy, 1e-3 on UCI data].
-    #[arg(long, allow_negative_numbers = true)]
-    pub lr: Option<f64>,
-    #[arg(long, default_value_t = 50)]
-    pub hidden: usize,
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
     /// Fix the weight prior's precision lambda instead of sampling it. The toy regression
     /// (20 points) needs it: with a sampled lambda its particles collapse to the flat predictor.
     /// [default: 1 on the toy, sampled on UCI data]
     #[arg(long)]
     pub lambda: Option<f64>,
-    #[arg(long)]
-    pub backend: Option<String>,
-    /// Data directory [default: $PARVI_DATA_DIR, else ./datasets].
-    #[arg(long)]
-    pub data_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub protocol: ProtocolArgs,
     /// Output directory.
     #[arg(long, default_value = "out")]
     pub out: PathBuf,
@@ -56,21 +36,7 @@ pub struct BnnArgs {
 
 impl Default for BnnArgs {
     fn default() -> Self {
-        Self {
-            dataset: None,
-            split: 0,
-            method: "svgd".into(),
-            particles: 20,
-            batch: 100,
-            iters: 2000,
-            lr: None,
-            hidden: 50,
-            seed: 1,
-            lambda: None,
-            backend: None,
-            data_dir: None,
-            out: "out".into(),
-        }
+        Self { dataset: None, split: 0, lambda: None, protocol: ProtocolArgs::default(), out: "out".into() }
     }
 }
 
@@ -86,34 +52,26 @@ struct BnnSummary {
 }
 
 pub fn run(args: BnnArgs) -> Result<()> {
-    let method: Method = args.method.parse()?;
-    let backend: BackendKind = args.backend.as_deref().map(str::parse).transpose()?.unwrap_or(BackendKind::DEFAULT);
-    let device = backend.device()?;
+    let device = args.protocol.device()?;
+    let toy = args.dataset.is_none();
     let ds = match &args.dataset {
-        Some(name) => parvi_data::load(name, &parvi_data::data_dir(args.data_dir.as_deref()))?,
-        None => parvi_data::synthetic::toy_regression(args.seed),
+        Some(name) => parvi_data::load(name, &parvi_data::data_dir(args.protocol.data_dir.as_deref()))?,
+        None => parvi_data::synthetic::toy_regression(args.protocol.seed),
     };
     if ds.task != parvi_data::Task::Regression {
         anyhow::bail!("data set `{}` is a {} task; the BNN needs regression", ds.name, ds.task);
     }
     let data = prepare(&ds, args.split, if args.dataset.is_some() { DevSplit::Reference } else { DevSplit::None })?;
     let protocol = BnnProtocol {
-        method,
-        particles: args.particles,
-        batch: args.batch,
-        iters: args.iters,
-        lr: args.lr.unwrap_or(if args.dataset.is_none() { 1e-2 } else { 1e-3 }),
-        hidden: args.hidden,
-        seed: args.seed,
-        fixed_lambda: args.lambda.or(if args.dataset.is_none() { Some(1.0) } else { None }),
-        eval_every: None,
+        fixed_lambda: args.lambda.or(if toy { Some(1.0) } else { None }),
+        ..args.protocol.protocol(&ds.name, toy)?
     };
     let fit = fit_split(&data, &protocol, &device, true)?;
     std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
     let summary = BnnSummary {
         dataset: ds.name.clone(),
         split: args.split,
-        backend: backend.name().into(),
+        backend: args.protocol.backend.clone().unwrap_or_else(|| parvi_model::BackendKind::DEFAULT.name().into()),
         protocol,
         test_rmse: fit.score.rmse,
         test_ll: fit.score.ll,
@@ -127,7 +85,7 @@ pub fn run(args: BnnArgs) -> Result<()> {
     }
     println!(
         "BNN ({}) on {} split {}: test RMSE {:.4}, test LL {:.4}, {:.2} s; wrote {} in {}",
-        method,
+        summary.protocol.method,
         ds.name,
         args.split,
         fit.score.rmse,

@@ -2,8 +2,11 @@
 //! run an engine with minibatches, and score the test set. Shared by `parvi bnn` (the main job)
 //! and `parvi bench uci`.
 
+use std::path::PathBuf;
+
 use anyhow::Result;
 use burn::tensor::{Device, Tensor};
+use clap::Args;
 use parvi_data::Prepared;
 use parvi_infer::{BatchOrder, Callback, Particles, RunConfig, Runner};
 use parvi_model::tensor_ops::{matrix_from_vec, to_vec_f32};
@@ -12,6 +15,75 @@ use parvi_models::{Bnn, WeightPrior};
 use serde::{Deserialize, Serialize};
 
 use super::method::Method;
+
+/// The BNN protocol's flags, shared by `parvi bnn` and `parvi bench uci`.
+#[derive(Args, Debug, Clone)]
+pub struct ProtocolArgs {
+    /// Particle method.
+    #[arg(long, default_value = "svgd")]
+    pub method: String,
+    #[arg(long, default_value_t = 20)]
+    pub particles: usize,
+    /// Minibatch size.
+    #[arg(long, default_value_t = 100)]
+    pub batch: usize,
+    /// Iterations per run.
+    #[arg(long, default_value_t = 2000)]
+    pub iters: usize,
+    /// AdaGrad-with-momentum step size [default: 1e-3; 1e-2 on the toy regression].
+    #[arg(long, allow_negative_numbers = true)]
+    pub lr: Option<f64>,
+    /// Hidden units [default: 50; 100 for protein, as the reference].
+    #[arg(long)]
+    pub hidden: Option<usize>,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// ndarray, flex or wgpu [default: flex].
+    #[arg(long)]
+    pub backend: Option<String>,
+    /// Data directory [default: $PARVI_DATA_DIR, else ./datasets].
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+}
+
+impl Default for ProtocolArgs {
+    fn default() -> Self {
+        Self {
+            method: "svgd".into(),
+            particles: 20,
+            batch: 100,
+            iters: 2000,
+            lr: None,
+            hidden: None,
+            seed: 1,
+            backend: None,
+            data_dir: None,
+        }
+    }
+}
+
+impl ProtocolArgs {
+    /// The protocol for `dataset` (its name picks the reference's defaults).
+    pub fn protocol(&self, dataset: &str, toy: bool) -> Result<BnnProtocol> {
+        Ok(BnnProtocol {
+            method: self.method.parse()?,
+            particles: self.particles,
+            batch: self.batch,
+            iters: self.iters,
+            lr: self.lr.unwrap_or(if toy { 1e-2 } else { 1e-3 }),
+            hidden: self.hidden.unwrap_or(if dataset.starts_with("protein") { 100 } else { 50 }),
+            seed: self.seed,
+            fixed_lambda: None,
+            eval_every: None,
+        })
+    }
+
+    pub fn device(&self) -> Result<Device> {
+        let backend: parvi_model::BackendKind =
+            self.backend.as_deref().map(str::parse).transpose()?.unwrap_or(parvi_model::BackendKind::DEFAULT);
+        Ok(backend.device()?)
+    }
+}
 
 /// The protocol of Liu & Wang's BNN experiments; every method is compared on the same budget.
 #[derive(Clone, Debug, Serialize, Deserialize)]

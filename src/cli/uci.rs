@@ -6,11 +6,9 @@ use std::path::PathBuf;
 use anyhow::{Result, bail};
 use clap::Args;
 use parvi_data::{DevSplit, Task, prepare};
-use parvi_model::BackendKind;
 use serde::Serialize;
 
-use super::bnn_run::{BnnProtocol, fit_split};
-use super::method::Method;
+use super::bnn_run::{BnnProtocol, ProtocolArgs, fit_split};
 use super::write_atomic;
 
 #[derive(Args, Debug)]
@@ -19,36 +17,14 @@ pub struct UciArgs {
     /// wine, yacht), or `all` for every regression set.
     #[arg(long)]
     pub dataset: String,
-    /// Particle method.
-    #[arg(long, default_value = "svgd")]
-    pub method: String,
     /// `all`, or the number of splits to run (the first K).
     #[arg(long, default_value = "all")]
     pub splits: String,
-    /// Iterations per split.
-    #[arg(long, default_value_t = 2000)]
-    pub iters: usize,
-    #[arg(long, default_value_t = 20)]
-    pub particles: usize,
-    /// Minibatch size.
-    #[arg(long, default_value_t = 100)]
-    pub batch: usize,
-    /// AdaGrad-with-momentum step size.
-    #[arg(long, default_value_t = 1e-3, allow_negative_numbers = true)]
-    pub lr: f64,
-    /// Hidden units (100 for protein in the reference; 50 otherwise).
-    #[arg(long)]
-    pub hidden: Option<usize>,
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
     /// Early stopping: score the development split every K steps and keep the best particles.
     #[arg(long, value_name = "K")]
     pub eval_every: Option<usize>,
-    #[arg(long)]
-    pub backend: Option<String>,
-    /// Data directory [default: $PARVI_DATA_DIR, else ./datasets].
-    #[arg(long)]
-    pub data_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub protocol: ProtocolArgs,
     /// Write per-split results and summaries as JSON.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -86,10 +62,8 @@ fn mean_se(xs: &[f64]) -> (f64, f64) {
 }
 
 pub fn run(args: UciArgs) -> Result<()> {
-    let method: Method = args.method.parse()?;
-    let backend: BackendKind = args.backend.as_deref().map(str::parse).transpose()?.unwrap_or(BackendKind::DEFAULT);
-    let device = backend.device()?;
-    let data_dir = parvi_data::data_dir(args.data_dir.as_deref());
+    let device = args.protocol.device()?;
+    let data_dir = parvi_data::data_dir(args.protocol.data_dir.as_deref());
     let registry = parvi_data::Registry::builtin();
     let names: Vec<String> = if args.dataset == "all" {
         registry.entries().iter().filter(|e| e.task == Task::Regression).map(|e| e.name.clone()).collect()
@@ -109,17 +83,7 @@ pub fn run(args: UciArgs) -> Result<()> {
                 _ => bail!("invalid setting `--splits`: expected `all` or a positive count, got `{k}`"),
             },
         };
-        let protocol = BnnProtocol {
-            method,
-            particles: args.particles,
-            batch: args.batch,
-            iters: args.iters,
-            lr: args.lr,
-            hidden: args.hidden.unwrap_or(if name.starts_with("protein") { 100 } else { 50 }),
-            seed: args.seed,
-            fixed_lambda: None,
-            eval_every: args.eval_every,
-        };
+        let protocol = BnnProtocol { eval_every: args.eval_every, ..args.protocol.protocol(&name, false)? };
         let mut rows = Vec::with_capacity(count);
         for split in 0..count {
             let data = prepare(&ds, split, DevSplit::Reference)?;
@@ -132,7 +96,7 @@ pub fn run(args: UciArgs) -> Result<()> {
         let seconds = rows.iter().map(|r| r.seconds).sum();
         results.push(DatasetResult {
             dataset: name,
-            method: method.name().into(),
+            method: protocol.method.name().into(),
             protocol,
             splits: rows,
             rmse_mean,
