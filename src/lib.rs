@@ -31,3 +31,4 @@ pub use parvi_model as model;
 pub use parvi_models as models;
 
 pub mod cli;
+pub mod reference;

@@ -1,7 +1,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use parvi::cli::{bench, bnn, data, fit};
+use parvi::cli::{bench, bnn, data, fit, reference};
 
 /// parvi: particle-based variational inference (SVGD and friends) on burn.
 #[derive(Parser, Debug)]
@@ -23,6 +23,8 @@ enum Command {
     /// Benchmarks.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Ground-truth NUTS draws for a small model (BLR, 2-D targets), as CSV.
+    Reference(reference::ReferenceArgs),
     /// UCI data sets: list, info, verify checksums, fetch.
     Data(data::DataArgs),
 }
@@ -34,6 +36,7 @@ fn main() -> ExitCode {
         Some(Command::Fit(args)) => fit::run(*args),
         Some(Command::Bnn(args)) => bnn::run(*args),
         Some(Command::Bench(cmd)) => bench::run(cmd),
+        Some(Command::Reference(args)) => reference::run(args),
         Some(Command::Data(args)) => data::run(args),
     };
     match result {
