@@ -3,23 +3,14 @@
 
 mod common;
 
-use std::path::PathBuf;
-
-use common::flex;
+use common::{flex, uci_dir};
 use parvi::infer::{AdapterConfig, BatchOrder, EngineRng, Particles, Rbf, RunConfig, Runner, Svgd};
 use parvi::models::LogisticRegression;
 use parvi::models::blr::classification_score;
 
-fn data_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("PARVI_DATA_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/uci"));
-    dir.join("breast-cancer").is_dir().then_some(dir)
-}
-
 #[test]
 fn svgd_blr_classifies_breast_cancer() {
-    let Some(dir) = data_dir() else {
+    let Some(dir) = uci_dir("breast-cancer") else {
         eprintln!("SKIPPED svgd_blr_classifies_breast_cancer: no UCI data (set PARVI_DATA_DIR)");
         return;
     };

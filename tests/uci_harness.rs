@@ -1,18 +1,14 @@
 //! `parvi bench uci` end to end on real data (skipped without a data directory).
 
-use std::path::PathBuf;
+mod common;
+
 use std::process::Command;
 
-fn data_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("PARVI_DATA_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/uci"));
-    dir.join("yacht").is_dir().then_some(dir)
-}
+use common::uci_dir;
 
 #[test]
 fn uci_harness_writes_per_split_results_and_summaries() {
-    let Some(dir) = data_dir() else {
+    let Some(dir) = uci_dir("yacht") else {
         eprintln!("SKIPPED uci_harness: no UCI data (set PARVI_DATA_DIR)");
         return;
     };

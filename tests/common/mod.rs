@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+use std::path::PathBuf;
+
 use parvi::infer::EngineRng;
 use parvi::model::BackendKind;
 use parvi::model::burn::tensor::{Device, Tensor};
@@ -35,4 +37,13 @@ pub fn mean_se(xs: &[f64]) -> (f64, f64) {
     let mean = xs.iter().sum::<f64>() / n;
     let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
     (mean, (var / n).sqrt())
+}
+
+/// The UCI data directory (`PARVI_DATA_DIR`, else `../shared/uci`) if it holds `set`; tests
+/// that need real data skip (and say so) without it.
+pub fn uci_dir(set: &str) -> Option<PathBuf> {
+    let dir = std::env::var_os("PARVI_DATA_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/uci"));
+    dir.join(set).is_dir().then_some(dir)
 }
