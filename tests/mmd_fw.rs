@@ -324,6 +324,61 @@ fn checkpoint_resume_continues_the_same_run() {
     }
 }
 
+/// `self-score = true`: the first particle's MAP search and each LMO run one Adam iteration per
+/// run-loop step, and the searched point's own score pulls it to `p` from a start far away.
+#[test]
+fn self_score_search_is_spread_over_steps_and_climbs_log_p() {
+    let device = flex();
+    let model = gaussian_target(&device);
+    let cfg = MmdFwConfig { self_score: true, map_steps: 300, map_lr: 0.05, l_steps: 100, lmo_lr: 0.05, ..config() };
+    let n = 12;
+    // Initial particles (the LMO starts) about 3.5 away from the target's mean.
+    let start = || Particles::gaussian(n, 2, 2.5, 0.5, &mut EngineRng::new(7), &device).unwrap();
+    let steps = 300 + (n - 1) * 100;
+    let run = |steps: usize, checkpoint: Option<CheckpointPolicy>| {
+        let mut engine = build(cfg.clone(), KernelConfig::Rbf { bandwidth: None });
+        let config = RunConfig { checkpoint, ..RunConfig::new(steps, 7) };
+        Runner::new(&mut engine, &model, start(), config).unwrap().run(&mut []).unwrap().particles
+    };
+    assert_eq!(run(299, None).len(), 1, "the MAP search still running shows its point");
+    assert_eq!(run(steps - 1, None).len(), n - 1, "one iteration short of the last particle");
+    let full = run(steps, None);
+    assert_eq!(full.len(), n);
+    let first = &host(&full.positions)[..2];
+    for i in 0..2 {
+        assert!((f64::from(first[i]) - GAUSSIAN_MEAN[i]).abs() < 0.1, "MAP {first:?}");
+    }
+    let mean = full.mean();
+    for i in 0..2 {
+        assert!((mean[i] - GAUSSIAN_MEAN[i]).abs() < 0.3, "mean {mean:?} from starts at (2.5, 2.5)");
+    }
+    // As close to p as n exact draws are (their mean MMD^2 over 20 draws), within a factor 2.
+    let exact: f64 = (0..20)
+        .map(|seed| {
+            let draws = Particles::new(gaussian_2d_samples(GAUSSIAN_MEAN, GAUSSIAN_COV, n, 100 + seed, &device));
+            mmd_to_gaussian(&draws, &device)
+        })
+        .sum::<f64>()
+        / 20.0;
+    let mmd = mmd_to_gaussian(&full, &device);
+    assert!(mmd < 2.0 * exact, "MMD^2 {mmd} against {exact} for {n} exact draws");
+    // A checkpoint inside the third search resumes to the same particles.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ck.json");
+    run(450, Some(CheckpointPolicy { path: path.clone(), every: 450 }));
+    let mut second = build(cfg.clone(), KernelConfig::Rbf { bandwidth: None });
+    let resumed =
+        Runner::resume(&mut second, &model, RunConfig::new(steps, 7), &Checkpoint::load(&path).unwrap(), &device)
+            .unwrap()
+            .run(&mut [])
+            .unwrap();
+    let (a, b) = (host(&full.positions), host(&resumed.particles.positions));
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(&b) {
+        assert!((x - y).abs() < 1e-5, "{a:?} vs {b:?}");
+    }
+}
+
 #[test]
 fn bad_input_gives_errors_naming_the_step() {
     let device = flex();
@@ -345,6 +400,10 @@ fn bad_input_gives_errors_naming_the_step() {
         .unwrap()
         .to_string();
     assert!(err.contains("`lazy`"), "{err}");
+    // The spread search starts from the initial particles, not from a cache.
+    let cfg = MmdFwConfig { self_score: true, cache: true, ..config() };
+    let err = MmdFw::new(cfg, KernelConfig::default(), AdapterConfig::adam(0.1)).err().unwrap().to_string();
+    assert!(err.contains("self-score") && err.contains("cache"), "{err}");
     // A singular Gram matrix even with jitter: indefinite, so no jitter in range helps.
     let err = bq_weights(&[1.0, 2.0, 2.0, 1.0], &[0.5, 0.5], 2, 1e-8).err().unwrap().to_string();
     assert!(err.contains("not positive definite"), "{err}");
@@ -373,6 +432,17 @@ fn bad_input_gives_errors_naming_the_step() {
             let msg = source.to_string();
             assert_eq!(step, 0);
             assert!(msg.contains("MAP search") && msg.contains("Adam step"), "{msg}");
+        }
+        other => panic!("expected a MAP failure, got {other:?}"),
+    }
+    // The same spread over steps: the error names the step and the Adam iteration.
+    let mut engine = build(MmdFwConfig { map_lr: 1e30, self_score: true, ..config() }, KernelConfig::default());
+    let start = Particles::gaussian(5, 2, 0.0, 1.0, &mut EngineRng::new(0), &device).unwrap();
+    match Runner::new(&mut engine, &model, start, RunConfig::new(5, 0)).unwrap().run(&mut []) {
+        Err(RunError::Failed { step, source }) => {
+            let msg = source.to_string();
+            assert_eq!(step, 1);
+            assert!(msg.contains("step 1") && msg.contains("Adam iteration 1") && msg.contains("map-lr"), "{msg}");
         }
         other => panic!("expected a MAP failure, got {other:?}"),
     }

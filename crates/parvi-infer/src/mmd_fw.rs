@@ -115,6 +115,14 @@ pub struct MmdFwConfig {
     /// Rescale the BQ weights to sum 1 (a probability for predictions); `false` keeps the raw
     /// optimal weights `K^-1 z`.
     pub normalise_weights: bool,
+    /// Count the searched point itself in eq. (5)'s particle estimate of `E_p` (weight
+    /// `1/(n+1)`, the others `n/(n+1)`): the LMO then also climbs `log p` at the new point, as
+    /// an SVGD step of one particle against the fixed set. Each search iteration needs the
+    /// model, so the search is spread over the run loop's steps, one Adam iteration per step on
+    /// that step's minibatch (the first particle's MAP search too: `map-steps` iterations).
+    /// For models where a start far from the set sees no kernel mass (BNNs: the paper's
+    /// non-MAP setting).
+    pub self_score: bool,
 }
 
 impl Default for MmdFwConfig {
@@ -133,6 +141,7 @@ impl Default for MmdFwConfig {
             rff: 0,
             jitter: 1e-8,
             normalise_weights: true,
+            self_score: false,
         }
     }
 }
@@ -168,6 +177,13 @@ impl MmdFwConfig {
             if !(self.lazy_accuracy >= 1.0 && self.lazy_accuracy.is_finite()) {
                 return Err(InferError::setting("lazy-accuracy", format!("must be >= 1, got {}", self.lazy_accuracy)));
             }
+        }
+        if self.self_score && (self.cache || self.lazy) {
+            return Err(InferError::setting(
+                "self-score",
+                "the spread search (self-score = true) starts from the initial particles: \
+                 it cannot be combined with `cache` or `lazy`",
+            ));
         }
         if self.rff > 0 && !matches!(kernel, KernelConfig::Rbf { .. }) {
             return Err(InferError::setting("rff", "random Fourier features approximate the RBF kernel only"));
@@ -260,6 +276,17 @@ struct FwStats {
     last_lambda: Option<f64>,
 }
 
+/// A search spread over the run loop's steps (`self-score = true`): the point, its Adam state
+/// and how many iterations it has had.
+struct SpreadSearch {
+    y: Tensor<2>,
+    adam: Box<dyn StepAdapter>,
+    done: usize,
+    /// The kernel frozen at the search's start (`None` while there is no set yet, and after a
+    /// resume until the next step rebuilds it from the same particles).
+    kernel: Option<StepKernel>,
+}
+
 /// The MMD-FW engine.
 pub struct MmdFw {
     config: MmdFwConfig,
@@ -281,6 +308,8 @@ pub struct MmdFw {
     phi: Option<f64>,
     stats: FwStats,
     kernel_used: String,
+    /// The search in progress (`self-score = true`).
+    search: Option<SpreadSearch>,
 }
 
 impl MmdFw {
@@ -302,6 +331,7 @@ impl MmdFw {
             phi: None,
             stats: FwStats::default(),
             kernel_used: String::new(),
+            search: None,
         })
     }
 
@@ -424,6 +454,16 @@ impl MmdFw {
             };
             self.map_search(ctx.model, ctx.batch, start)?
         };
+        self.place_first(ctx, first, particles)
+    }
+
+    /// The set becomes `first` alone, weight 1.
+    fn place_first(
+        &mut self,
+        ctx: &mut StepContext<'_>,
+        first: Tensor<2>,
+        particles: &mut Particles,
+    ) -> Result<(), InferError> {
         if self.candidates.is_none() {
             let s = score(ctx.model, first.clone(), ctx.batch)?;
             check_score(&s.log_prob, &s.grad, "the first particle")?;
@@ -440,6 +480,86 @@ impl MmdFw {
             self.phi = Some(self.initial_phi(particles)?);
         }
         Ok(())
+    }
+
+    /// `self-score = true`: one Adam iteration of the search in progress (the first particle's
+    /// MAP search, then each Approx-LMO) on this step's minibatch; the point joins the set when
+    /// its iterations are done.
+    fn step_spread(&mut self, ctx: &mut StepContext<'_>, particles: &mut Particles) -> Result<(), InferError> {
+        let step = ctx.step;
+        if self.pool.is_none() {
+            self.pool = Some(particles.positions.clone());
+            if self.config.rff > 0 {
+                self.rff =
+                    Some(RandomFourierFeatures::draw(particles.dim(), self.config.rff, ctx.rng, &particles.device())?);
+            }
+        }
+        let n = self.count();
+        let x = (n > 0).then(|| particles.positions.clone());
+        let (total, lr, lr_name) = match n {
+            0 => (self.config.map_steps, self.config.map_lr, "map-lr"),
+            _ => (self.config.l_steps, self.config.lmo_lr, "lmo-lr"),
+        };
+        let mut search = match self.search.take() {
+            Some(search) => search,
+            None => {
+                let y = match n {
+                    0 => rows(self.pool.as_ref().expect("set above"), &[0]),
+                    _ => {
+                        let y = self.pool_start(ctx.rng);
+                        self.stats.lmo_calls += 1;
+                        y
+                    }
+                };
+                SpreadSearch { y, adam: AdapterConfig::adam(lr).build()?, done: 0, kernel: None }
+            }
+        };
+        if let (Some(x), None) = (&x, &search.kernel) {
+            search.kernel = Some(self.step_kernel(x)?);
+        }
+        if search.done < total {
+            let s = score(ctx.model, search.y.clone(), ctx.batch)?;
+            check_score(&s.log_prob, &s.grad, "").map_err(|e| {
+                InferError::Numerical(format!(
+                    "step {step}: the search for particle {} diverged at Adam iteration {} of {total} \
+                     ({lr_name} = {lr}): {e}",
+                    n + 1,
+                    search.done
+                ))
+            })?;
+            let phi = match (&x, &search.kernel, &self.scores) {
+                (Some(x), Some(kernel), Some(scores)) => {
+                    let w = self.weights_tensor(&x.device());
+                    let field = kernel.lmo_field(x.clone(), scores.clone(), w).at(search.y.clone());
+                    let n = n as f64;
+                    field.mul_scalar(n / (n + 1.0)) + s.grad.div_scalar(n + 1.0)
+                }
+                _ => s.grad,
+            };
+            search.y = search.y.clone() + search.adam.delta(phi);
+            search.done += 1;
+        }
+        if search.done < total {
+            if n == 0 {
+                // No set yet: the run loop (guard, progress, evaluation) sees the search.
+                *particles = Particles::new(search.y.clone());
+            }
+            self.search = Some(search);
+            return Ok(());
+        }
+        if !all_finite(&search.y) {
+            return Err(InferError::Numerical(format!(
+                "step {step}: the search for particle {} ended at a non-finite point (lower `{lr_name}`)",
+                n + 1
+            )));
+        }
+        match (x, search.kernel) {
+            (Some(x), Some(kernel)) => {
+                self.kernel_used = kernel.describe();
+                self.join(ctx, &kernel, x, search.y, particles)
+            }
+            _ => self.place_first(ctx, search.y, particles),
+        }
     }
 
     /// `cache-svgd-steps` SVGD iterations on `x` with the run's adapter.
@@ -556,15 +676,7 @@ impl MmdFw {
                 self.remove_cached(i);
                 rows(&cache, &[i])
             }
-            None => {
-                let pool = self.pool.as_ref().expect("pool set at step 0");
-                let n_pool = pool.dims()[0];
-                let calls = self.stats.lmo_calls + 1;
-                // Initial particle k starts the k-th LMO; lazy negative calls can ask for more
-                // starts than there are initial particles: then a random one.
-                let row = if calls < n_pool { calls } else { rng.choose(n_pool, 1)[0] };
-                rows(pool, &[row])
-            }
+            None => self.pool_start(rng),
         };
         self.stats.lmo_calls += 1;
         let mut adam = AdapterConfig::adam(self.config.lmo_lr).build().expect("lmo-lr validated");
@@ -574,6 +686,17 @@ impl MmdFw {
             y = y.clone() + adam.delta(phi);
         }
         y
+    }
+
+    /// The start of the next LMO without a cache: initial particle `k` starts the `k`-th LMO;
+    /// lazy negative calls can ask for more starts than there are initial particles: then a
+    /// random one.
+    fn pool_start(&self, rng: &mut EngineRng) -> Tensor<2> {
+        let pool = self.pool.as_ref().expect("pool set at step 0");
+        let n_pool = pool.dims()[0];
+        let calls = self.stats.lmo_calls + 1;
+        let row = if calls < n_pool { calls } else { rng.choose(n_pool, 1)[0] };
+        rows(pool, &[row])
     }
 
     /// The exact LMO over the candidates: `argmin_y sum_l w_l k(x_l, y) - mu_p(y)`.
@@ -705,7 +828,21 @@ impl MmdFw {
                 return Ok(());
             }
         }
-        let all = Tensor::cat(vec![x.clone(), new.clone()], 0);
+        self.join(ctx, &kernel, x, new, particles)
+    }
+
+    /// `new` `[1, d]` joins the set `x`: its score, and the new weights.
+    fn join(
+        &mut self,
+        ctx: &mut StepContext<'_>,
+        kernel: &StepKernel,
+        x: Tensor<2>,
+        new: Tensor<2>,
+        particles: &mut Particles,
+    ) -> Result<(), InferError> {
+        let step = ctx.step;
+        let n = x.dims()[0];
+        let all = Tensor::cat(vec![x, new.clone()], 0);
         if self.candidates.is_none() {
             let s = score(ctx.model, new, ctx.batch)?;
             check_score(&s.log_prob, &s.grad, "").map_err(|e| {
@@ -714,7 +851,7 @@ impl MmdFw {
             let scores = self.scores.take().expect("scores set at step 0");
             self.scores = Some(Tensor::cat(vec![scores, s.grad], 0));
         }
-        self.weights = self.new_weights(&kernel, &all, step)?;
+        self.weights = self.new_weights(kernel, &all, step)?;
         *particles = self.particles(all);
         Ok(())
     }
@@ -808,6 +945,9 @@ impl Engine for MmdFw {
     }
 
     fn step(&mut self, ctx: &mut StepContext<'_>, particles: &mut Particles) -> Result<(), InferError> {
+        if self.config.self_score && (self.count() == 0 || self.count() < self.target()) {
+            return self.step_spread(ctx, particles);
+        }
         if self.count() == 0 {
             return self.start(ctx, particles);
         }
@@ -848,6 +988,11 @@ impl Engine for MmdFw {
         if let Some(a) = &self.cache_adapter {
             a.save(&mut state, "cache_adapter.");
         }
+        if let Some(search) = &self.search {
+            state.put_tensor("search.y", &search.y);
+            state.put_scalar("search.done", search.done as f64);
+            search.adam.save(&mut state, "search.adam.");
+        }
         state
     }
 
@@ -872,6 +1017,16 @@ impl Engine for MmdFw {
         if let Some(a) = self.cache_adapter.as_mut() {
             a.load(state, "cache_adapter.", device)?;
         }
+        self.search = match state.tensor_opt::<2>("search.y", device)? {
+            Some(y) => {
+                let lr = if self.weights.is_empty() { self.config.map_lr } else { self.config.lmo_lr };
+                let mut adam = AdapterConfig::adam(lr).build()?;
+                adam.load(state, "search.adam.", device)?;
+                let done = state.scalars.get("search.done").copied().unwrap_or(0.0) as usize;
+                Some(SpreadSearch { y, adam, done, kernel: None })
+            }
+            None => None,
+        };
         Ok(())
     }
 
