@@ -49,6 +49,8 @@ struct BnnSummary {
     test_rmse: f64,
     test_ll: f64,
     seconds: f64,
+    /// The engine's report at the end of the run.
+    engine: serde_json::Value,
 }
 
 pub fn run(args: BnnArgs) -> Result<()> {
@@ -76,6 +78,7 @@ pub fn run(args: BnnArgs) -> Result<()> {
         test_rmse: fit.score.rmse,
         test_ll: fit.score.ll,
         seconds: fit.seconds,
+        engine: fit.engine.clone(),
     };
     write_atomic(&args.out.join("bnn_summary.json"), &serde_json::to_vec_pretty(&summary)?)?;
     let mut wrote = vec!["bnn_summary.json"];

@@ -187,6 +187,9 @@ pub struct BnnFit {
     pub steps: usize,
     /// Original-scale noise precision chosen per particle.
     pub precisions: Vec<f64>,
+    /// The engine's own report at the end (e.g. MMD-FW's weights and jitter, an adapter's
+    /// state): saved with the results so a surprising score can be traced.
+    pub engine: serde_json::Value,
 }
 
 pub fn fit_split(data: &Prepared, protocol: &BnnProtocol, device: &Device, progress: bool) -> Result<BnnFit> {
@@ -254,7 +257,8 @@ pub fn fit_split(data: &Prepared, protocol: &BnnProtocol, device: &Device, progr
     // Weighted particle sets (MMD-FW) predict with their weights.
     let weights = particle_weights(&particles);
     let score = score_weighted(&test, &precisions, weights.as_deref(), y_mean, y_std);
-    Ok(BnnFit { model, particles, score, seconds: outcome.seconds, steps: outcome.steps, precisions })
+    let engine = engine.report();
+    Ok(BnnFit { model, particles, score, seconds: outcome.seconds, steps: outcome.steps, precisions, engine })
 }
 
 /// The particles' weights on the host, `None` when uniform.

@@ -40,6 +40,8 @@ pub struct SplitRow {
     /// greedy method's particles reached under a time budget).
     pub steps: usize,
     pub particles: usize,
+    /// The engine's report at the end of the split.
+    pub engine: serde_json::Value,
 }
 
 #[derive(Debug, Serialize)]
@@ -107,6 +109,7 @@ pub fn run(args: UciArgs) -> Result<()> {
                 seconds: fit.seconds,
                 steps: fit.steps,
                 particles: fit.particles.len(),
+                engine: fit.engine,
             });
         }
         let (rmse_mean, rmse_se) = mean_se(&rows.iter().map(|r| r.rmse).collect::<Vec<_>>());

@@ -457,6 +457,15 @@ impl MmdFw {
         self.place_first(ctx, first, particles)
     }
 
+    /// The data a joining particle's stored score is computed on. The spread search uses the
+    /// stored scores in eq. (5) for thousands of iterations, so a minibatch estimate frozen
+    /// there would act as a fixed bias (with minibatches of protein, the searched networks
+    /// drifted to predictions in the thousands): it stores full-data scores, one pass over
+    /// the data per particle. Otherwise the step's minibatch, as the paper.
+    fn joining_batch<'a>(&self, ctx: &StepContext<'a>) -> Option<&'a Minibatch> {
+        if self.config.self_score { None } else { ctx.batch }
+    }
+
     /// The set becomes `first` alone, weight 1.
     fn place_first(
         &mut self,
@@ -465,7 +474,7 @@ impl MmdFw {
         particles: &mut Particles,
     ) -> Result<(), InferError> {
         if self.candidates.is_none() {
-            let s = score(ctx.model, first.clone(), ctx.batch)?;
+            let s = score(ctx.model, first.clone(), self.joining_batch(ctx))?;
             check_score(&s.log_prob, &s.grad, "the first particle")?;
             self.scores = Some(s.grad);
         }
@@ -844,7 +853,7 @@ impl MmdFw {
         let n = x.dims()[0];
         let all = Tensor::cat(vec![x, new.clone()], 0);
         if self.candidates.is_none() {
-            let s = score(ctx.model, new, ctx.batch)?;
+            let s = score(ctx.model, new, self.joining_batch(ctx))?;
             check_score(&s.log_prob, &s.grad, "").map_err(|e| {
                 InferError::Numerical(format!("step {step}: the new particle {} from the Approx-LMO: {e}", n + 1))
             })?;
@@ -1041,6 +1050,9 @@ impl Engine for MmdFw {
             },
             "particles": self.count(),
             "target_particles": self.target(),
+            "weights": self.weights,
+            "self_score": self.config.self_score,
+            "search_iterations_done": self.search.as_ref().map(|s| s.done),
             "l_steps": self.config.l_steps,
             "cache": self.config.cache,
             "cache_left": self.cache.as_ref().map_or(0, |c| c.dims()[0]),
