@@ -11,15 +11,18 @@
 //!
 //! Every MMD uses one RBF bandwidth per target: the median distance between 2000 exact draws.
 //! All SVGD-type methods use the paper's kernel ([`HanLiuRbf`]) and Adam. Figures are means over
-//! `reps` repetitions (default 3) with their standard errors.
+//! `reps` repetitions (default 3) with their standard errors. Environment: `GF_KERNEL=reference`
+//! (the core's twice-wider median kernel, for the updates and AGF-SVGD's curve fit alike),
+//! `GF_LR`, `GF_MIXTURE_NS=50,100`, `GF_MIXTURE_STEPS`, `GF_MIXTURE_LEVELS`, and `GF_TRACE=250`
+//! (print MMD^2 and the mean variance every 250 steps of each mixture run, Fig. 2(a)).
 
 use std::time::Instant;
 
 use parvi::infer::gf_svgd::{HanLiuRbf, importance_sampling};
 use parvi::infer::metrics::{Statistic, mmd_squared, weighted_mmd_squared};
 use parvi::infer::{
-    AdapterConfig, AnnealedGfSvgd, AnnealedSvgd, AuxDensity, Engine, EngineRng, GfSvgd, Kernel, Particles, Rbf,
-    RunConfig, Runner, Svgd, TemperatureSchedule,
+    AdapterConfig, AnnealedGfSvgd, AnnealedSvgd, AuxDensity, Callback, Engine, EngineRng, GfSvgd, Kernel, Particles,
+    Rbf, RunConfig, Runner, Svgd, TemperatureSchedule,
 };
 use parvi::model::burn::tensor::{Device, Tensor};
 use parvi::model::tensor_ops::{median_all, pairwise_sq_dists, to_vec_f32};
@@ -81,6 +84,47 @@ fn cell((m, se): (f64, f64)) -> String {
 
 fn run(engine: &mut dyn Engine, model: &dyn LogDensity, start: Particles, steps: usize) -> Result<Particles, Error> {
     Ok(Runner::new(engine, model, start, RunConfig::new(steps, 0))?.run(&mut [])?.particles)
+}
+
+/// MMD^2 and the mean per-coordinate variance every `every` steps (Fig. 2(a)'s convergence).
+struct Trace<'a> {
+    reference: &'a Reference,
+    every: usize,
+    points: Vec<String>,
+}
+
+impl Callback for Trace<'_> {
+    fn every(&self) -> usize {
+        self.every
+    }
+
+    fn on_step(&mut self, step: usize, particles: &Particles) -> Result<(), parvi::infer::InferError> {
+        let [mmd, _, _] =
+            self.reference.score(particles).map_err(|e| parvi::infer::InferError::Numerical(e.to_string()))?;
+        let d = self.reference.mean.len();
+        let cov = particles.covariance();
+        let var = (0..d).map(|i| cov[i * d + i]).sum::<f64>() / d as f64;
+        self.points.push(format!("{}: {mmd:.3} (var {var:.2})", step + 1));
+        Ok(())
+    }
+}
+
+/// `run`, printing a [`Trace`] every `GF_TRACE` steps when that is set.
+fn run_traced(
+    name: &str,
+    engine: &mut dyn Engine,
+    model: &dyn LogDensity,
+    start: Particles,
+    steps: usize,
+    reference: &Reference,
+) -> Result<Particles, Error> {
+    let Some(every) = std::env::var("GF_TRACE").ok().map(|v| v.parse::<usize>()).transpose()? else {
+        return run(engine, model, start, steps);
+    };
+    let mut trace = Trace { reference, every, points: Vec::new() };
+    let out = Runner::new(engine, model, start, RunConfig::new(steps, 0))?.run(&mut [&mut trace])?.particles;
+    println!("trace {name}: {}", trace.points.join(", "));
+    Ok(out)
 }
 
 /// Adam at step size `lr`, or `GF_LR` when set.
@@ -209,7 +253,7 @@ fn mixture_experiment(reps: usize, steps: usize, levels: usize, device: &Device)
                 // The gradient-free engines see the target's values only.
                 let model: &dyn LogDensity = if m < 2 { &values } else { &target };
                 let t = Instant::now();
-                let out = run(engine.as_mut(), model, start.clone(), steps)?;
+                let out = run_traced(names[m], engine.as_mut(), model, start.clone(), steps, &reference)?;
                 secs[m] += t.elapsed().as_secs_f64();
                 rows[m].push(reference.score(&out)?);
             }
