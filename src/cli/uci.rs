@@ -17,7 +17,8 @@ pub struct UciArgs {
     /// wine, yacht), or `all` for every regression set.
     #[arg(long)]
     pub dataset: String,
-    /// `all`, or the number of splits to run (the first K).
+    /// `all`, the number of splits to run (the first K), or a range `A..B` of split indices
+    /// (half-open, e.g. `5..20`: long protocols can be run in parts and merged).
     #[arg(long, default_value = "all")]
     pub splits: String,
     /// Early stopping: score the development split every K steps and keep the best particles.
@@ -67,6 +68,28 @@ fn mean_se(xs: &[f64]) -> (f64, f64) {
     (mean, (var / n).sqrt())
 }
 
+/// The split indices `--splits` names among `available`: `all`, the first `K`, or `A..B`.
+fn split_range(spec: &str, available: usize) -> Result<std::ops::Range<usize>> {
+    let bad = |why: &str| anyhow::anyhow!("invalid setting `--splits`: {why}, got `{spec}`");
+    if spec == "all" {
+        return Ok(0..available);
+    }
+    if let Some((a, b)) = spec.split_once("..") {
+        let (a, b): (usize, usize) = (
+            a.trim().parse().map_err(|_| bad("expected a range `A..B` of split indices"))?,
+            b.trim().parse().map_err(|_| bad("expected a range `A..B` of split indices"))?,
+        );
+        if a >= b || b > available {
+            return Err(bad(&format!("the range must be non-empty and within the {available} splits")));
+        }
+        return Ok(a..b);
+    }
+    match spec.parse::<usize>() {
+        Ok(k) if k >= 1 => Ok(0..k.min(available)),
+        _ => Err(bad("expected `all`, a positive count or a range `A..B`")),
+    }
+}
+
 pub fn run(args: UciArgs) -> Result<()> {
     let device = args.protocol.device()?;
     let data_dir = parvi_data::data_dir(args.protocol.data_dir.as_deref());
@@ -82,16 +105,10 @@ pub fn run(args: UciArgs) -> Result<()> {
         if ds.task != Task::Regression {
             bail!("data set `{name}` is a {} task; the BNN harness needs regression", ds.task);
         }
-        let count = match args.splits.as_str() {
-            "all" => ds.splits.len(),
-            k => match k.parse::<usize>() {
-                Ok(k) if k >= 1 => k.min(ds.splits.len()),
-                _ => bail!("invalid setting `--splits`: expected `all` or a positive count, got `{k}`"),
-            },
-        };
+        let splits = split_range(&args.splits, ds.splits.len())?;
         let protocol = BnnProtocol { eval_every: args.eval_every, ..args.protocol.protocol(&name, false)? };
-        let mut rows = Vec::with_capacity(count);
-        for split in 0..count {
+        let mut rows = Vec::with_capacity(splits.len());
+        for split in splits {
             let data = prepare(&ds, split, DevSplit::Reference)?;
             let fit = fit_split(&data, &protocol, &device, true)?;
             eprintln!(
@@ -148,4 +165,21 @@ pub fn run(args: UciArgs) -> Result<()> {
         write_atomic(path, &serde_json::to_vec_pretty(&value)?)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_range;
+
+    #[test]
+    fn splits_are_all_a_count_or_a_range() {
+        assert_eq!(split_range("all", 20).unwrap(), 0..20);
+        assert_eq!(split_range("5", 20).unwrap(), 0..5);
+        assert_eq!(split_range("50", 20).unwrap(), 0..20);
+        assert_eq!(split_range("5..20", 20).unwrap(), 5..20);
+        for bad in ["0", "x", "5..5", "3..21", "a..4", "-1"] {
+            let err = split_range(bad, 20).unwrap_err().to_string();
+            assert!(err.contains("--splits") && err.contains(bad), "{err}");
+        }
+    }
 }
