@@ -194,28 +194,35 @@ impl LogDensity for Bnn {
         let b = y.dims()[0] as f64;
         let resid = y - self.forward(particles.clone(), x); // [B, n]
         let ssr = resid.square().sum_dim(0).reshape([n, 1]);
-        let log_gamma = particles.clone().narrow(1, nw, 1); // [n, 1]
-        let gamma = log_gamma.clone().exp();
-        // Gamma(a0, b0) on a precision sampled as its log, with the Jacobian: a0 u - b0 e^u + c.
-        let hyper_const = A0 * B0.ln() - parvi_model::dist::ln_gamma(A0);
-        let lik = (log_gamma.clone().mul_scalar(0.5 * b) - (gamma.clone() * ssr).mul_scalar(0.5))
-            .sub_scalar(0.5 * b * LN_2PI)
-            .mul_scalar(scale);
-        let hyper_gamma = log_gamma.mul_scalar(A0) - gamma.mul_scalar(B0);
         let ssw = particles.clone().narrow(1, 0, nw).square().sum_dim(1); // [n, 1]
-        let nw = nw as f64;
-        let prior = match self.prior {
-            WeightPrior::Hierarchical => {
-                let log_lambda = particles.narrow(1, nw as usize + 1, 1);
-                let lambda = log_lambda.clone().exp();
-                log_lambda.clone().mul_scalar(0.5 * nw) - (lambda.clone() * ssw).mul_scalar(0.5)
-                    + log_lambda.mul_scalar(A0)
-                    - lambda.mul_scalar(B0)
-                    + hyper_const
+        // Each precision u = log gamma (noise) or log lambda (weights) enters as
+        // c1 u - e^u (c2 s + b0) with s its sum of squares, the Gamma(a0, b0) prior and the
+        // Jacobian folded in: one [n, k] expression for the k sampled precisions instead of a
+        // dozen [n, 1] nodes, each of which costs a backward op.
+        let hyper_const = A0 * B0.ln() - parvi_model::dist::ln_gamma(A0);
+        let nwf = nw as f64;
+        let (k, stats, c1, c2, constant) = match self.prior {
+            WeightPrior::Hierarchical => (
+                2,
+                Tensor::cat(vec![ssr, ssw.clone()], 1),
+                [0.5 * b * scale + A0, 0.5 * nwf + A0],
+                [0.5 * scale, 0.5],
+                2.0 * hyper_const - 0.5 * nwf * LN_2PI,
+            ),
+            WeightPrior::Fixed(l) => {
+                // The weights' fixed-precision prior is not a precision term: added below.
+                (1, ssr, [0.5 * b * scale + A0, 0.0], [0.5 * scale, 0.0], hyper_const + 0.5 * nwf * (l.ln() - LN_2PI))
             }
-            WeightPrior::Fixed(l) => ssw.mul_scalar(-0.5 * l).add_scalar(0.5 * nw * l.ln()),
         };
-        (lik + hyper_gamma + prior).add_scalar(hyper_const - 0.5 * nw * LN_2PI).reshape([n])
+        let device = particles.device();
+        let row = |c: [f64; 2]| matrix_from_vec(c[..k].iter().map(|&v| v as f32).collect(), 1, k, &device);
+        let log_precisions = particles.narrow(1, nw, k); // [n, k]
+        let terms = log_precisions.clone() * row(c1) - log_precisions.exp() * (stats * row(c2)).add_scalar(B0);
+        let mut lp = terms.sum_dim(1).add_scalar(constant - 0.5 * b * LN_2PI * scale);
+        if let WeightPrior::Fixed(l) = self.prior {
+            lp = lp - ssw.mul_scalar(0.5 * l);
+        }
+        lp.reshape([n])
     }
 }
 
