@@ -23,6 +23,18 @@ impl InferError {
 }
 
 /// Checks that a named setting is finite and strictly positive.
+/// Greedy engines (MMD-FW, Stein Points) grow to `N` = the number of initial particles: `N = 0`
+/// is an error naming `particles`.
+pub fn require_growth_target(method: &str, particles: &crate::Particles) -> Result<(), InferError> {
+    if particles.is_empty() {
+        return Err(InferError::setting(
+            "particles",
+            format!("{method} grows to N = the number of initial particles; got N = 0"),
+        ));
+    }
+    Ok(())
+}
+
 pub fn require_positive(name: &'static str, value: f64) -> Result<f64, InferError> {
     if value > 0.0 && value.is_finite() {
         Ok(value)

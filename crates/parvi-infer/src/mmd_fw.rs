@@ -52,7 +52,7 @@ use parvi_model::tensor_ops::{all_finite, pairwise_sq_dists, to_vec_f32};
 use parvi_model::{LogDensity, Minibatch, score};
 use serde::{Deserialize, Serialize};
 
-use crate::error::require_positive;
+use crate::error::{require_growth_target, require_positive};
 use crate::linalg::host::{Cholesky, CholeskyError};
 use crate::rff::{FourierStein, RandomFourierFeatures};
 use crate::stein::stein_direction;
@@ -942,12 +942,7 @@ impl Engine for MmdFw {
     }
 
     fn init(&mut self, particles: &Particles) -> Result<(), InferError> {
-        if particles.is_empty() {
-            return Err(InferError::setting(
-                "particles",
-                "MMD-FW grows to N = the number of initial particles; got N = 0",
-            ));
-        }
+        require_growth_target("MMD-FW", particles)?;
         if let Some(c) = &self.candidates
             && c.dims()[1] != particles.dim()
         {

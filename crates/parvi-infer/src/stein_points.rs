@@ -15,7 +15,7 @@ use parvi_model::score;
 use parvi_model::tensor_ops::{pairwise_sq_dists, to_vec_f32};
 use serde::{Deserialize, Serialize};
 
-use crate::error::require_positive;
+use crate::error::{require_growth_target, require_positive};
 use crate::kernel::median_bandwidth;
 use crate::mmd_fw::rows as select_rows;
 use crate::{Engine, EngineState, Imq, InferError, Kernel, Particles, RadialEval, StepContext};
@@ -121,13 +121,7 @@ impl Engine for SteinPoints {
     }
 
     fn init(&mut self, particles: &Particles) -> Result<(), InferError> {
-        if particles.is_empty() {
-            return Err(InferError::setting(
-                "particles",
-                "Stein Points grows to N = the number of initial particles; got 0",
-            ));
-        }
-        Ok(())
+        require_growth_target("Stein Points", particles)
     }
 
     fn step(&mut self, ctx: &mut StepContext<'_>, particles: &mut Particles) -> Result<(), InferError> {
