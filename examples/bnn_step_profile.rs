@@ -40,19 +40,16 @@ const CALLS: usize = 200;
 const BLOCKS: usize = 7;
 const CHAIN: usize = 40;
 
-/// Minimum over blocks of the mean microseconds per call; `sync` reads one value back so that a
-/// lazy backend has finished the block's work.
-fn time_us(mut call: impl FnMut() -> Tensor<2>) -> f64 {
+/// Minimum over blocks of the mean microseconds per call, after a warm-up block; `sync` runs
+/// once at the end of each block (inside the timing).
+fn time_blocks(mut call: impl FnMut(), mut sync: impl FnMut()) -> f64 {
     let mut best = f64::INFINITY;
     for block in 0..=BLOCKS {
         let clock = Instant::now();
-        let mut last = None;
         for _ in 0..CALLS {
-            last = Some(call());
+            call();
         }
-        if let Some(t) = last {
-            let _ = to_vec_f32(&t.narrow(0, 0, 1).narrow(1, 0, 1));
-        }
+        sync();
         let us = 1e6 * clock.elapsed().as_secs_f64() / CALLS as f64;
         if block > 0 {
             best = best.min(us);
@@ -61,20 +58,23 @@ fn time_us(mut call: impl FnMut() -> Tensor<2>) -> f64 {
     best
 }
 
-/// Host timing of a closure without tensors (the hand-written reference).
-fn time_host_us(mut call: impl FnMut()) -> f64 {
-    let mut best = f64::INFINITY;
-    for block in 0..=BLOCKS {
-        let clock = Instant::now();
-        for _ in 0..CALLS {
-            call();
-        }
-        let us = 1e6 * clock.elapsed().as_secs_f64() / CALLS as f64;
-        if block > 0 {
-            best = best.min(us);
-        }
-    }
-    best
+/// [`time_blocks`] of a tensor computation; each block reads one value of its last result back
+/// so that a lazy backend has finished the block's work.
+fn time_us(mut call: impl FnMut() -> Tensor<2>) -> f64 {
+    let last = std::cell::RefCell::new(None);
+    time_blocks(
+        || *last.borrow_mut() = Some(call()),
+        || {
+            if let Some(t) = last.borrow_mut().take() {
+                let _ = to_vec_f32(&t.narrow(0, 0, 1).narrow(1, 0, 1));
+            }
+        },
+    )
+}
+
+/// [`time_blocks`] of host code (the hand-written reference).
+fn time_host_us(call: impl FnMut()) -> f64 {
+    time_blocks(call, || {})
 }
 
 fn main() -> Result<()> {
