@@ -141,14 +141,19 @@ impl Method {
                 Box::new(parvi_infer::GfSvgd::new(kernel()?, adapter()?, config.surrogate()?))
             }
             // Annealed from p0 = `N(p0-mean, p0-std^2 I)` (start the particles there: `--init-std`)
-            // over `--opt schedule=linear|geometric|list levels=.. steps-per-temperature=..`.
+            // over `--opt schedule=linear|geometric|list levels=.. steps-per-temperature=..`;
+            // AGF-SVGD's surrogate by `--opt fit=leave-one-out|full fit-bandwidth=.. truncate-weights=..`.
             Method::ASvgd | Method::AgfSvgd => {
                 let config = spec.options::<parvi_infer::AnnealedConfig>(self)?;
                 let (p0, schedule) = (config.p0()?, config.schedule()?);
                 if self == Method::ASvgd {
+                    if config.sets_curve_fit() {
+                        bail!("`fit`, `fit-bandwidth` and `truncate-weights` are options of `agf-svgd`, not `{self}`");
+                    }
                     Box::new(parvi_infer::AnnealedSvgd::new(kernel()?, adapter()?, p0, schedule))
                 } else {
-                    Box::new(parvi_infer::AnnealedGfSvgd::new(kernel()?, adapter()?, p0, schedule))
+                    let fit = config.curve_fit()?;
+                    Box::new(parvi_infer::AnnealedGfSvgd::new(kernel()?, adapter()?, p0, schedule, fit))
                 }
             }
         })

@@ -163,6 +163,17 @@ pub fn self_normalized_weights(
     }))
 }
 
+/// Truncated importance weights (Ionides 2008): self-normalised weights `w` `[n]` capped at
+/// `sqrt(n)` times their mean, `1 / sqrt(n)`, then normalised again. A handful of particles can
+/// no longer carry the whole update when the weights degenerate, at the price of a bias that
+/// vanishes as `n` grows (the cap rises with `sqrt(n)` above the mean weight).
+pub fn truncated_weights(weights: Tensor<1>) -> Tensor<1> {
+    let n = weights.dims()[0];
+    let capped = weights.clamp_max((n as f32).sqrt().recip());
+    let total = capped.clone().sum();
+    capped / total
+}
+
 /// Importance sampling with proposal `rho`: `draws` from `rho` weighted by `p / rho`
 /// (self-normalised), using the target's values only.
 pub fn importance_sampling(
@@ -347,6 +358,17 @@ mod tests {
         let w = to_vec_f32(&w);
         let e = (-1.0f64).exp();
         assert!((w[0] as f64 - 1.0 / (1.0 + e)).abs() < 2e-4 && (w[1] as f64 - e / (1.0 + e)).abs() < 2e-4, "{w:?}");
+    }
+
+    #[test]
+    fn truncation_caps_weights_at_root_n_times_the_mean() {
+        // n = 4: cap 1/2. (0.7, 0.1, 0.1, 0.1) -> (0.5, 0.1, 0.1, 0.1) / 0.8.
+        let w = to_vec_f32(&truncated_weights(vector(&[0.7, 0.1, 0.1, 0.1])));
+        let want = [0.625, 0.125, 0.125, 0.125];
+        assert!(w.iter().zip(want).all(|(a, b)| (*a as f64 - b).abs() < 1e-6), "{w:?}");
+        // Below the cap nothing changes.
+        let w = to_vec_f32(&truncated_weights(vector(&[0.4, 0.3, 0.2, 0.1])));
+        assert!(w.iter().zip([0.4, 0.3, 0.2, 0.1]).all(|(a, b)| (*a as f64 - b).abs() < 1e-6), "{w:?}");
     }
 
     #[test]

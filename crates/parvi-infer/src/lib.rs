@@ -34,7 +34,7 @@ pub mod svgd;
 pub mod trace;
 
 pub use adapter::{AdapterConfig, Schedule, StepAdapter};
-pub use annealed::{AnnealedConfig, AnnealedGfSvgd, AnnealedSvgd, TemperatureSchedule};
+pub use annealed::{AnnealedConfig, AnnealedGfSvgd, AnnealedSvgd, CurveFit, CurveFitKind, TemperatureSchedule};
 pub use batches::{BatchOrder, BatchStream};
 pub use engine::{Direction, DirectionEngine, Engine, StepContext};
 pub use error::InferError;
