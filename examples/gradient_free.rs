@@ -4,25 +4,27 @@
 //!
 //! - `gaussian`: 2-D target `N(0, 2 I)`, GF-SVGD with surrogates `N(mu_rho, s I)` over the
 //!   variance ratio `s / 2` (Fig. 1), with exact Monte Carlo, SVGD and importance sampling.
-//! - `mixture`: 25-d mixture of 10 unit Gaussians, `rho = p0 = N(mu_rho, 4 I)`: AGF-SVGD,
-//!   GF-SVGD, SVGD, A-SVGD at n = 50, 100, 200 after 3000 steps (Fig. 2).
+//! - `mixture`: 25-d mixture of 10 unit Gaussians, `rho = p0 = N(mu_rho, 4 I)`: AGF-SVGD (its
+//!   defaults, then the paper's fit as written), GF-SVGD, SVGD, A-SVGD at n = 50, 100, 200
+//!   after 3000 steps (Fig. 2).
 //! - `rbm`: 20-d Gauss-Bernoulli RBM, n = 100, 2000 steps: AGF-SVGD against importance sampling
 //!   with `p0 = N(mu, 3 I)` as proposal (Fig. 3).
 //!
 //! Every MMD uses one RBF bandwidth per target: the median distance between 2000 exact draws.
-//! All SVGD-type methods use the paper's kernel ([`HanLiuRbf`]) and Adam. Figures are means over
-//! `reps` repetitions (default 3) with their standard errors. Environment: `GF_KERNEL=reference`
-//! (the core's twice-wider median kernel, for the updates and AGF-SVGD's curve fit alike),
-//! `GF_LR`, `GF_MIXTURE_NS=50,100`, `GF_MIXTURE_STEPS`, `GF_MIXTURE_LEVELS`, and `GF_TRACE=250`
-//! (print MMD^2 and the mean variance every 250 steps of each mixture run, Fig. 2(a)).
+//! All SVGD-type methods use the core's median RBF kernel ([`Rbf::median`], Liu & Wang's
+//! reference code) and Adam. Figures are means over `reps` repetitions (default 3) with their
+//! standard errors. Environment: `GF_KERNEL=printed` (the paper's kernel as printed,
+//! [`HanLiuRbf`], half as wide in `h`, for the updates and AGF-SVGD's curve fit alike), `GF_LR`,
+//! `GF_MIXTURE_NS=50,100`, `GF_MIXTURE_STEPS`, `GF_MIXTURE_LEVELS`, and `GF_TRACE=250` (print
+//! MMD^2 and the mean variance every 250 steps of each mixture run, Fig. 2(a)).
 
 use std::time::Instant;
 
 use parvi::infer::gf_svgd::{HanLiuRbf, importance_sampling};
 use parvi::infer::metrics::{Statistic, mmd_squared, weighted_mmd_squared};
 use parvi::infer::{
-    AdapterConfig, AnnealedGfSvgd, AnnealedSvgd, AuxDensity, Callback, Engine, EngineRng, GfSvgd, Kernel, Particles,
-    Rbf, RunConfig, Runner, Svgd, TemperatureSchedule,
+    AdapterConfig, AnnealedGfSvgd, AnnealedSvgd, AuxDensity, Callback, CurveFit, Engine, EngineRng, GfSvgd, Kernel,
+    Particles, Rbf, RunConfig, Runner, Svgd, TemperatureSchedule,
 };
 use parvi::model::burn::tensor::{Device, Tensor};
 use parvi::model::tensor_ops::{median_all, pairwise_sq_dists, to_vec_f32};
@@ -133,11 +135,11 @@ fn adam(lr: f64) -> Result<Box<dyn parvi::infer::StepAdapter>, Error> {
     Ok(AdapterConfig::adam(lr).build()?)
 }
 
-/// The paper's RBF kernel, or the core's reference-code median kernel with `GF_KERNEL=reference`.
+/// The core's median RBF kernel, or the paper's as printed with `GF_KERNEL=printed`.
 fn kernel() -> Box<dyn Kernel> {
     match std::env::var("GF_KERNEL").as_deref() {
-        Ok("reference") => Box::new(Rbf::median()),
-        _ => Box::new(HanLiuRbf),
+        Ok("printed") => Box::new(HanLiuRbf),
+        _ => Box::new(Rbf::median()),
     }
 }
 
@@ -236,7 +238,8 @@ fn mixture_experiment(reps: usize, steps: usize, levels: usize, device: &Device)
         Err(_) => vec![50, 100, 200],
     };
     for n in sizes {
-        let names = ["AGF-SVGD", "GF-SVGD", "SVGD", "A-SVGD", "exact MC"];
+        let names = ["AGF-SVGD", "AGF-SVGD (paper's fit)", "GF-SVGD", "SVGD", "A-SVGD", "exact MC"];
+        let mc = names.len() - 1;
         let mut rows: Vec<Vec<[f64; 3]>> = vec![Vec::new(); names.len()];
         let mut secs = vec![0.0; names.len()];
         for rep in 0..reps {
@@ -244,24 +247,25 @@ fn mixture_experiment(reps: usize, steps: usize, levels: usize, device: &Device)
             let start = Particles::new(gaussian_draws(&mu_rho, 2.0, n, &mut rng, device));
             let schedule = || TemperatureSchedule::linear(levels, 1);
             let mut engines: Vec<Box<dyn Engine>> = vec![
-                Box::new(AnnealedGfSvgd::new(kernel(), adam(0.05)?, aux()?, schedule()?)),
+                Box::new(AnnealedGfSvgd::new(kernel(), adam(0.05)?, aux()?, schedule()?, CurveFit::default())),
+                Box::new(AnnealedGfSvgd::new(kernel(), adam(0.05)?, aux()?, schedule()?, CurveFit::paper())),
                 Box::new(GfSvgd::new(kernel(), adam(0.05)?, aux()?)),
                 Box::new(Svgd::new(kernel(), adam(0.05)?)),
                 Box::new(AnnealedSvgd::new(kernel(), adam(0.05)?, aux()?, schedule()?)),
             ];
             for (m, engine) in engines.iter_mut().enumerate() {
                 // The gradient-free engines see the target's values only.
-                let model: &dyn LogDensity = if m < 2 { &values } else { &target };
+                let model: &dyn LogDensity = if m < 3 { &values } else { &target };
                 let t = Instant::now();
                 let out = run_traced(names[m], engine.as_mut(), model, start.clone(), steps, &reference)?;
                 secs[m] += t.elapsed().as_secs_f64();
                 rows[m].push(reference.score(&out)?);
             }
-            rows[4].push(reference.score(&Particles::new(target.sample(n, rng.inner(), device)))?);
+            rows[mc].push(reference.score(&Particles::new(target.sample(n, rng.inner(), device)))?);
         }
         for (m, name) in names.iter().enumerate() {
             let [a, b, c] = summarize(&rows[m]);
-            let ms = if m < 4 { format!("{:.2}", 1e3 * secs[m] / (reps * steps) as f64) } else { "-".into() };
+            let ms = if m < mc { format!("{:.2}", 1e3 * secs[m] / (reps * steps) as f64) } else { "-".into() };
             println!("| {n} | {name} | {} | {} | {} | {ms} |", cell(a), cell(b), cell(c));
         }
     }
@@ -291,6 +295,7 @@ fn rbm_experiment(reps: usize, steps: usize, levels: usize, device: &Device) -> 
             adam(0.05)?,
             AuxDensity::Density(Box::new(p0()?)),
             TemperatureSchedule::linear(levels, 1)?,
+            CurveFit::default(),
         );
         rows[0].push(reference.score(&run(&mut agf, &values, start.clone(), steps)?)?);
         let draws = gaussian_draws(&mu, 3f64.sqrt(), n, &mut rng, device);
