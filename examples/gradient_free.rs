@@ -28,7 +28,7 @@ use parvi::infer::{
 };
 use parvi::model::burn::tensor::{Device, Tensor};
 use parvi::model::tensor_ops::{median_all, pairwise_sq_dists, to_vec_f32};
-use parvi::model::{BackendKind, LogDensity, ValueDensity, ValueOnly};
+use parvi::model::{BackendKind, LogDensity, ValueOnly, ValuesOf};
 use parvi::models::{GaussBernoulliRbm, Gaussian, UnitMixture};
 
 type Error = Box<dyn std::error::Error>;
@@ -150,23 +150,11 @@ fn gaussian_draws(mean: &[f64], std: f64, n: usize, rng: &mut EngineRng, device:
     rng.normal_tensor(n, d, device).mul_scalar(std) + mu.reshape([1, d])
 }
 
-/// A model seen through its values only: what the gradient-free engines get.
-struct Values<'a>(&'a dyn LogDensity);
-
-impl ValueDensity for Values<'_> {
-    fn dim(&self) -> usize {
-        self.0.dim()
-    }
-    fn log_value(&self, x: Tensor<2>) -> Tensor<1> {
-        self.0.log_prob(x, None)
-    }
-}
-
 fn gaussian_experiment(reps: usize, device: &Device) -> Result<(), Error> {
     println!("\n## 2-D Gaussian N(0, 2I): GF-SVGD with rho = N(mu_rho, s I), n = 100, 2000 steps, Adam 0.05\n");
     let (n, steps, var) = (100, 2000, 2.0);
     let target = Gaussian::diagonal(&[0.0, 0.0], &[var, var], device)?;
-    let values = ValueOnly(Values(&target));
+    let values = ValueOnly(ValuesOf(&target));
     let mut rng = EngineRng::new(100);
     let reference =
         Reference::new(gaussian_draws(&[0.0, 0.0], var.sqrt(), 2000, &mut rng, device), vec![0.0; 2], vec![var; 2])?;
@@ -220,7 +208,7 @@ fn gaussian_experiment(reps: usize, device: &Device) -> Result<(), Error> {
 fn mixture_experiment(reps: usize, steps: usize, levels: usize, device: &Device) -> Result<(), Error> {
     let d = 25;
     let target = UnitMixture::random(d, 10, 7, device)?;
-    let values = ValueOnly(Values(&target));
+    let values = ValueOnly(ValuesOf(&target));
     let mut rng = EngineRng::new(200);
     let reference = Reference::new(target.sample(2000, rng.inner(), device), target.mean(), target.variance())?;
     // rho = p0 = N(mu_rho, 4 I), mu_rho ~ U([-1, 1]^25).
@@ -275,7 +263,7 @@ fn mixture_experiment(reps: usize, steps: usize, levels: usize, device: &Device)
 fn rbm_experiment(reps: usize, steps: usize, levels: usize, device: &Device) -> Result<(), Error> {
     let (d, n) = (20, 100);
     let target = GaussBernoulliRbm::random(d, 10, 11, device)?;
-    let values = ValueOnly(Values(&target));
+    let values = ValueOnly(ValuesOf(&target));
     let mut rng = EngineRng::new(300);
     let reference = Reference::new(target.sample(2000, rng.inner(), device), target.mean(), target.variance())?;
     // p0 = N(mu, 3 I), mu ~ U([1, 2]^20).

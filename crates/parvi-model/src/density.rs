@@ -59,6 +59,21 @@ pub trait ValueDensity {
     fn log_value(&self, particles: Tensor<2>) -> Tensor<1>;
 }
 
+/// A differentiable model seen through its values only (the full data, no minibatch): how a
+/// gradient-free method is run on, and compared with gradient-based ones against, the same
+/// target. Wrap it in [`ValueOnly`] to hide the gradient.
+pub struct ValuesOf<'a>(pub &'a dyn LogDensity);
+
+impl ValueDensity for ValuesOf<'_> {
+    fn dim(&self) -> usize {
+        self.0.dim()
+    }
+
+    fn log_value(&self, particles: Tensor<2>) -> Tensor<1> {
+        self.0.log_prob(particles, None)
+    }
+}
+
 /// Presents a [`ValueDensity`] as a [`LogDensity`] whose values carry no gradient: engines that
 /// need a score get [`crate::ModelError::NoGradient`] instead of a wrong answer.
 pub struct ValueOnly<V>(pub V);

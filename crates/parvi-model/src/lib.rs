@@ -17,7 +17,7 @@ pub mod minibatch;
 pub mod tensor_ops;
 
 pub use backend::BackendKind;
-pub use density::{LogDensity, ValueDensity, ValueOnly};
+pub use density::{LogDensity, ValueDensity, ValueOnly, ValuesOf};
 pub use error::ModelError;
 pub use grad::{Score, score, value_and_grad, value_and_grad2};
 pub use layout::{Block, Constraint, ParamLayout, Unpacked};
