@@ -3,7 +3,7 @@
 //! doubles, so the trace always spans the whole post-burn-in run evenly in bounded memory.
 //!
 //! Storage: snapshots `[chains, dim]` wait in a short list and are concatenated into one
-//! `[snapshots, chains, dim]` tensor every [`FLUSH`] snapshots, so the trace is one tensor plus a
+//! `[snapshots, chains, dim]` tensor every `FLUSH` (32) snapshots, so the trace is one tensor plus a
 //! few pending ones, never a host copy per step.
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
