@@ -27,6 +27,30 @@ fn main_job_fits_the_toy_regression_far_better_than_the_mean() {
     assert!(rmse < 0.35 * mean_rmse, "BNN test RMSE {rmse} vs prior-mean predictor {mean_rmse}");
     let svg = std::fs::read_to_string(dir.path().join("bnn_predictive.svg")).unwrap();
     assert!(svg.contains("<polygon") || svg.contains("<path"));
+    // A posterior that fits its data raises no flat-predictor warning.
+    assert_eq!(summary["warnings"], serde_json::json!([]), "unexpected warnings: {}", summary["warnings"]);
+}
+
+/// A weight precision of 1e6 (prior sd 0.001) holds every weight at zero: the network is the
+/// flat predictor, which no convergence diagnostic sees (the particles are at rest). The run
+/// must say so, in the summary and on stderr.
+#[test]
+fn a_collapsed_posterior_warns_that_it_predicts_no_better_than_a_constant() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_parvi"))
+        .args(["bnn", "--lambda", "1e6", "--out", dir.path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("warning: the posterior predicts its training targets no better than their mean"),
+        "{stderr}"
+    );
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("bnn_summary.json")).unwrap()).unwrap();
+    let warnings = summary["warnings"].as_array().unwrap();
+    assert!(warnings.iter().any(|w| w.as_str().unwrap().contains("flat predictor")), "{warnings:?}");
 }
 
 #[test]

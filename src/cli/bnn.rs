@@ -119,6 +119,8 @@ struct BnnSummary {
     seconds: f64,
     /// The engine's report at the end of the run.
     engine: serde_json::Value,
+    /// What the diagnostics warned about (also printed); empty when they passed.
+    warnings: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -222,6 +224,7 @@ pub fn run(args: BnnArgs) -> Result<()> {
         posterior: args.save_posterior.clone(),
         seconds: fit.seconds,
         engine: fit.engine.clone(),
+        warnings: fit.warnings.clone(),
     };
     write_atomic(&args.out.join("bnn_summary.json"), &serde_json::to_vec_pretty(&summary)?)?;
     let mut wrote = vec!["bnn_summary.json"];

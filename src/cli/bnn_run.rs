@@ -448,7 +448,8 @@ pub fn fit_split(
         )
     };
     let report = engine.report();
-    let warnings = parvi_infer::Diagnostics::from_report(engine.name(), &report).warnings;
+    let mut warnings = parvi_infer::Diagnostics::from_report(engine.name(), &report).warnings;
+    warnings.extend(flat_predictor_warning(&model, &particles, data, device));
     for w in &warnings {
         eprintln!("warning: {w}");
     }
@@ -463,6 +464,73 @@ pub fn fit_split(
         engine: report,
         warnings,
     })
+}
+
+/// Below this share of the training targets' variance explained by the predictive mean, a
+/// regression BNN predicts no better than a constant.
+pub const MIN_TRAIN_R2: f64 = 0.01;
+/// A classifier whose mean training log-likelihood per row beats the class frequencies' by
+/// less than this (nats) predicts no better than a constant.
+pub const MIN_TRAIN_LL_GAIN: f64 = 0.01;
+
+/// A warning when the posterior predicts its own training rows no better than a constant: the
+/// regression mean explains under [`MIN_TRAIN_R2`] of the targets' variance, or the classifier's
+/// log-likelihood is within [`MIN_TRAIN_LL_GAIN`] of the class frequencies'. That is the
+/// signature of particles collapsed to the flat predictor (a sampled weight precision that
+/// shrinks every weight to zero), which no convergence diagnostic sees: the collapsed set is
+/// at rest.
+pub fn flat_predictor_warning(model: &Bnn, particles: &Particles, data: &Prepared, device: &Device) -> Option<String> {
+    let rows = data.y_train.len();
+    if rows < 2 || particles.is_empty() {
+        return None;
+    }
+    let n = particles.len();
+    let weights = particle_weights(particles).unwrap_or_else(|| vec![1.0 / n as f64; n]);
+    let x = matrix_from_vec(data.x_train.iter().map(|&v| v as f32).collect(), rows, data.features, device);
+    let advice = "its particles may have collapsed to the flat predictor (a weight precision lambda large enough \
+                  to shrink every weight to zero); try a smaller `--lr`, a smaller fixed `--lambda`, or check that the features \
+                  carry signal";
+    match model.predict(particles.positions.clone(), x) {
+        BnnPrediction::Regression { mean, .. } => {
+            // The mixture's mean prediction per row: sum_i w_i f_i(x), on the normalised scale.
+            let pred = to_vec_f32(&tensor_1d(&weights, device).reshape([1, n]).matmul(mean));
+            let y = &data.y_train;
+            let y_bar = y.iter().sum::<f64>() / rows as f64;
+            let resid: f64 = y.iter().zip(&pred).map(|(yr, p)| (yr - f64::from(*p)).powi(2)).sum();
+            let total: f64 = y.iter().map(|yr| (yr - y_bar).powi(2)).sum();
+            let r2 = if total > 0.0 { 1.0 - resid / total } else { 1.0 };
+            (r2 < MIN_TRAIN_R2).then(|| {
+                format!(
+                    "the posterior predicts its training targets no better than their mean (R^2 {r2:.3} < \
+                     {MIN_TRAIN_R2}): {advice}"
+                )
+            })
+        }
+        BnnPrediction::Classification { probabilities } => {
+            let classes = probabilities.dims()[2];
+            let labels: Vec<usize> = data.y_train.iter().map(|&y| y as usize).collect();
+            let ll = ClassCalibration::score(
+                &ClassPredictive::from_particles(probabilities, tensor_1d(&weights, device)),
+                &labels,
+            )
+            .log_likelihood;
+            let mut counts = vec![0usize; classes];
+            for &k in &labels {
+                if k < classes {
+                    counts[k] += 1;
+                }
+            }
+            let constant: f64 =
+                counts.iter().filter(|&&c| c > 0).map(|&c| c as f64 * (c as f64 / rows as f64).ln()).sum::<f64>()
+                    / rows as f64;
+            (ll < constant + MIN_TRAIN_LL_GAIN).then(|| {
+                format!(
+                    "the posterior predicts its training labels no better than the class frequencies (log-likelihood \
+                     {ll:.4} per row against {constant:.4}): {advice}"
+                )
+            })
+        }
+    }
 }
 
 /// The weights as a tensor, uniform when `None`.
