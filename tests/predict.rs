@@ -230,3 +230,52 @@ fn a_classifier_keeps_its_class_names() {
     let agree = text.lines().skip(1).filter(|l| l.split(',').next() == l.split(',').nth(4)).count();
     assert!(agree > 160, "{agree} of 200 training rows predicted as labelled");
 }
+
+/// Whether `message` says some cause twice in a row (`A: B: B`), as an error that both prints its
+/// source and returns it from `source()` does under `{:#}`.
+fn repeats_a_cause(message: &str) -> bool {
+    let segments: Vec<&str> = message.trim().split(": ").collect();
+    (0..segments.len()).any(|start| {
+        (1..=(segments.len() - start) / 2).any(|len| {
+            segments[start..start + len] == segments[start + len..start + 2 * len]
+                && segments[start..start + len].join(": ").len() >= 8
+        })
+    })
+}
+
+/// Every error names each cause once: a file that cannot be read, a posteriordb folder without
+/// its data, a checkpoint that is not one.
+#[test]
+fn errors_say_each_cause_once() {
+    assert!(repeats_a_cause("error: a.txt: No such file (os error 2): No such file (os error 2)"));
+    assert!(!repeats_a_cause("error: a.txt: No such file (os error 2)"));
+    let dir = tempfile::tempdir().unwrap();
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let (csv, out) = (dir.path().join("rows.csv"), dir.path().join("pred.csv"));
+    std::fs::write(&csv, "a,b\n1,2\n").unwrap();
+    let unreadable = dir.path().join("a-folder.safetensors");
+    std::fs::create_dir(&unreadable).unwrap();
+    let suite = dir.path().join("suite");
+    std::fs::create_dir_all(suite.join("kidiq-kidscore_momiq")).unwrap();
+    let bad_checkpoint = dir.path().join("checkpoint.json");
+    std::fs::write(&bad_checkpoint, "{").unwrap();
+    let runs = [
+        parvi(&[
+            "predict",
+            "--posterior",
+            &s(&dir.path().join("none.safetensors")),
+            "--csv",
+            &s(&csv),
+            "--out",
+            &s(&out),
+        ]),
+        parvi(&["predict", "--posterior", &s(&unreadable), "--csv", &s(&csv), "--out", &s(&out)]),
+        parvi(&["bench", "posteriordb", "--data-dir", &s(&suite), "--posterior", "kidiq", "--method", "svgd"]),
+        parvi(&["fit", "--model", "gaussian", "--resume", &s(&bad_checkpoint), "--out", &s(&dir.path().join("o"))]),
+    ];
+    for run in &runs {
+        let message = stderr(run);
+        assert_eq!(run.status.code(), Some(2), "{message}");
+        assert!(!repeats_a_cause(&message), "a cause is repeated: {message}");
+    }
+}

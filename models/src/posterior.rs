@@ -28,13 +28,12 @@ const META_KEY: &str = "parvi";
 #[derive(Debug, thiserror::Error)]
 pub enum PosteriorError {
     /// Reading or writing the file failed.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
         /// The underlying error.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The file is not a readable posterior (truncated, corrupted, another format or version).
     #[error("{}: not a readable parvi posterior: {reason}", path.display())]
@@ -192,7 +191,7 @@ impl Posterior {
     pub fn save(&self, path: &Path) -> Result<(), PosteriorError> {
         let invalid = |reason: String| PosteriorError::Invalid { path: path.to_path_buf(), reason };
         let data = self.to_bytes().map_err(invalid)?;
-        let io = |source| PosteriorError::Io { path: path.to_path_buf(), source };
+        let io = |error| PosteriorError::Io { path: path.to_path_buf(), error };
         let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io)?;
         std::io::Write::write_all(&mut tmp, &data).map_err(io)?;
@@ -204,7 +203,7 @@ impl Posterior {
     /// Reads a posterior written by [`Posterior::save`], checking the format, the version, the
     /// shapes and the checksum.
     pub fn load(path: &Path) -> Result<Self, PosteriorError> {
-        let data = std::fs::read(path).map_err(|source| PosteriorError::Io { path: path.to_path_buf(), source })?;
+        let data = std::fs::read(path).map_err(|error| PosteriorError::Io { path: path.to_path_buf(), error })?;
         Self::from_bytes(&data).map_err(|reason| PosteriorError::Invalid { path: path.to_path_buf(), reason })
     }
 

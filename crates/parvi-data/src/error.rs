@@ -26,13 +26,12 @@ pub enum DataError {
     },
 
     /// Reading or writing a file failed for a reason other than its absence.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
     Io {
         /// The file being read or written.
         path: PathBuf,
         /// The underlying error.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
 
     /// A table has no data rows.
@@ -240,7 +239,7 @@ impl DataError {
         if source.kind() == std::io::ErrorKind::NotFound {
             DataError::MissingFile { path, hint: String::new() }
         } else {
-            DataError::Io { path, source }
+            DataError::Io { path, error: source }
         }
     }
 }

@@ -61,7 +61,7 @@ pub fn fetch(entry: &Entry, data_dir: &Path, base_url_override: Option<&str>) ->
     }
     // Only now: a set that cannot be fetched leaves no empty folder behind.
     let created = !folder.is_dir();
-    std::fs::create_dir_all(&folder).map_err(|e| DataError::Io { path: folder.clone(), source: e })?;
+    std::fs::create_dir_all(&folder).map_err(|e| DataError::Io { path: folder.clone(), error: e })?;
 
     let urls: Vec<String> = wanted
         .iter()

@@ -220,7 +220,7 @@ fn bad_importance_weights_stop_the_run_with_the_step() {
     let err =
         Runner::new(&mut engine, &target, start.clone(), RunConfig::new(10, 0)).unwrap().run(&mut []).unwrap_err();
     match &err {
-        RunError::Failed { step: 3, source } => {
+        RunError::Failed { step: 3, error: source } => {
             let msg = source.to_string();
             assert!(msg.contains("non-finite") && msg.contains("step 3") && msg.contains("particle 0"), "{msg}");
         }

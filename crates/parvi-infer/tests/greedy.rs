@@ -602,7 +602,7 @@ fn bad_input_gives_errors_naming_the_step() {
     let mut engine = build(cfg, KernelConfig::default());
     let start = Particles::from_rows(vec![0.5; 10], 5, 2, &device).unwrap();
     match Runner::new(&mut engine, &model, start, RunConfig::new(5, 0)).unwrap().run(&mut []) {
-        Err(RunError::Failed { step, source }) => {
+        Err(RunError::Failed { step, error: source }) => {
             let msg = source.to_string();
             assert_eq!(step, 1);
             assert!(
@@ -616,7 +616,7 @@ fn bad_input_gives_errors_naming_the_step() {
     let mut engine = build(MmdFwConfig { map_lr: 1e30, ..config() }, KernelConfig::default());
     let start = Particles::gaussian(5, 2, 0.0, 1.0, &mut EngineRng::new(0), &device).unwrap();
     match Runner::new(&mut engine, &model, start, RunConfig::new(5, 0)).unwrap().run(&mut []) {
-        Err(RunError::Failed { step, source }) => {
+        Err(RunError::Failed { step, error: source }) => {
             let msg = source.to_string();
             assert_eq!(step, 0);
             assert!(msg.contains("MAP search") && msg.contains("Adam step"), "{msg}");
@@ -627,7 +627,7 @@ fn bad_input_gives_errors_naming_the_step() {
     let mut engine = build(MmdFwConfig { map_lr: 1e30, self_score: true, ..config() }, KernelConfig::default());
     let start = Particles::gaussian(5, 2, 0.0, 1.0, &mut EngineRng::new(0), &device).unwrap();
     match Runner::new(&mut engine, &model, start, RunConfig::new(5, 0)).unwrap().run(&mut []) {
-        Err(RunError::Failed { step, source }) => {
+        Err(RunError::Failed { step, error: source }) => {
             let msg = source.to_string();
             assert_eq!(step, 1);
             assert!(msg.contains("step 1") && msg.contains("Adam iteration 1") && msg.contains("map-lr"), "{msg}");

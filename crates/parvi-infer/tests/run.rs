@@ -78,6 +78,30 @@ fn resume_is_bit_identical() {
     assert!((posterior_mean[0] - 1.0).abs() < 0.5 && (posterior_mean[1] + 2.0).abs() < 0.5, "{posterior_mean:?}");
 }
 
+/// f64 scalars in an engine's state load back to the bits they were saved from, and the
+/// checksum holds: these values are among those a best-effort JSON float parser reads one ulp
+/// off (serde_json without `float_roundtrip`), which failed the checksum of the loaded file.
+#[test]
+fn checkpoint_scalars_round_trip_bit_for_bit() {
+    let device = flex();
+    let model = NormalMean::new(&device);
+    let start = Particles::gaussian(5, 2, 0.0, 1.0, &mut EngineRng::new(1), &device).unwrap();
+    let mut engine = Svgd::new(Box::new(Rbf::median()), AdapterConfig::adagrad(0.05).build().unwrap());
+    let runner = Runner::new(&mut engine, &model, start, config(1, None)).unwrap();
+    let mut ckpt = runner.checkpoint();
+    let awkward = [-1.0729132283643165e-38, -5.791054108416719e-286, 2.744938900923684e-298, -1.8218816927580057e294];
+    for (i, v) in awkward.iter().enumerate() {
+        ckpt.engine_state.scalars.insert(format!("probe.{i}"), *v);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ckpt.json");
+    ckpt.save(&path).unwrap();
+    let loaded = Checkpoint::load(&path).unwrap_or_else(|e| panic!("the saved checkpoint does not load: {e}"));
+    for (i, v) in awkward.iter().enumerate() {
+        assert_eq!(loaded.engine_state.scalars[&format!("probe.{i}")].to_bits(), v.to_bits(), "scalar {v:e}");
+    }
+}
+
 #[test]
 fn checkpoint_of_another_engine_or_garbage_is_rejected() {
     let dir = tempfile::tempdir().unwrap();

@@ -261,7 +261,7 @@ fn bad_settings_are_rejected_by_name() {
     let config = SgldConfig { a: 1e-3, max_jitter: Some(0.0), ..Default::default() };
     let mut strict = Sgld::with_repulsion(&config, None).unwrap();
     match Runner::new(&mut strict, &target, same(), RunConfig::new(1, 0)).unwrap().run(&mut []) {
-        Err(RunError::Failed { source, .. }) => {
+        Err(RunError::Failed { error: source, .. }) => {
             let e = source.to_string();
             assert!(e.contains("positive definite") && e.contains("max-jitter"), "{e}");
         }

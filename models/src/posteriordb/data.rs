@@ -16,10 +16,10 @@ pub(crate) struct Data {
 
 /// Reads and parses a JSON file of the suite; both failures name the posterior and the file.
 pub(crate) fn read_json(posterior: &str, file: &Path) -> Result<Value, PosteriorDbError> {
-    let text = std::fs::read_to_string(file).map_err(|source| PosteriorDbError::Io {
+    let text = std::fs::read_to_string(file).map_err(|error| PosteriorDbError::Io {
         posterior: posterior.to_string(),
         file: file.to_path_buf(),
-        source,
+        error,
     })?;
     serde_json::from_str(&text).map_err(|e| PosteriorDbError::Json {
         posterior: posterior.to_string(),

@@ -74,15 +74,14 @@ pub enum PosteriorDbError {
         known: String,
     },
     /// A file could not be read.
-    #[error("posterior `{posterior}`: cannot read {}: {source}", file.display())]
+    #[error("posterior `{posterior}`: cannot read {}: {error}", file.display())]
     Io {
         /// The posterior's full name.
         posterior: String,
         /// The file.
         file: PathBuf,
         /// The operating system's reason.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A file is not valid JSON.
     #[error("posterior `{posterior}`: {} is not valid JSON (line {line}, column {column}): {reason}", file.display())]
@@ -121,13 +120,12 @@ pub enum PosteriorDbError {
         reason: String,
     },
     /// The parameter layout could not be built (a size of zero, for example).
-    #[error("posterior `{posterior}`: {source}")]
+    #[error("posterior `{posterior}`: {error}")]
     Model {
         /// The posterior's full name.
         posterior: String,
         /// The layout's error.
-        #[source]
-        source: ModelError,
+        error: ModelError,
     },
 }
 
@@ -301,5 +299,5 @@ fn indexed(name: &str, len: usize) -> impl Iterator<Item = String> + '_ {
 
 /// A layout error as a [`PosteriorDbError`] of posterior `name`.
 fn model_error(name: &str) -> impl Fn(ModelError) -> PosteriorDbError + '_ {
-    move |source| PosteriorDbError::Model { posterior: name.to_string(), source }
+    move |error| PosteriorDbError::Model { posterior: name.to_string(), error }
 }

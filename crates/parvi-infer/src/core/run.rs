@@ -125,12 +125,12 @@ pub enum RunError {
         last_finite: Box<Particles>,
     },
     /// The engine returned an error at a step.
-    #[error("step {step}: {source}")]
+    #[error("step {step}: {error}")]
     Failed {
         /// Index (0-based) of the failing step.
         step: usize,
         /// The engine's error.
-        source: InferError,
+        error: InferError,
     },
     /// The run could not start (bad settings, a checkpoint that does not fit).
     #[error(transparent)]
@@ -283,7 +283,7 @@ impl<'a> Runner<'a> {
                 verified = (step, self.particles.clone());
             }
             let mut ctx = StepContext { model: self.model, batch: batch.as_ref(), rng: &mut self.rng, step };
-            self.engine.step(&mut ctx, &mut self.particles).map_err(|source| RunError::Failed { step, source })?;
+            self.engine.step(&mut ctx, &mut self.particles).map_err(|error| RunError::Failed { step, error })?;
             let out_of_time = self.config.max_seconds.is_some_and(|budget| started.elapsed().as_secs_f64() >= budget);
             let last = step + 1 == self.config.steps || out_of_time;
             let checkpoint_due =
@@ -305,13 +305,13 @@ impl<'a> Runner<'a> {
             for cb in callbacks.iter_mut() {
                 let every = cb.every().max(1);
                 if self.step.is_multiple_of(every) {
-                    cb.on_step(self.step, &self.particles).map_err(|source| RunError::Failed { step, source })?;
+                    cb.on_step(self.step, &self.particles).map_err(|error| RunError::Failed { step, error })?;
                 }
             }
             if let Some(policy) = &self.config.checkpoint
                 && checkpoint_due
             {
-                self.checkpoint().save(&policy.path).map_err(|source| RunError::Failed { step, source })?;
+                self.checkpoint().save(&policy.path).map_err(|error| RunError::Failed { step, error })?;
             }
             bar.inc(1);
             if out_of_time {
