@@ -52,7 +52,7 @@ fn main() -> anyhow::Result<()> {
 
     // SVGD with the main job's protocol (`parvi bnn`).
     let protocol = BnnProtocol { fixed_lambda: Some(1.0), ..ProtocolArgs::default().protocol(&ds.name, true)? };
-    let fit = fit_split(&data, &protocol, BnnTask::Regression, &device, false)?;
+    let fit = fit_split(&data, &protocol, BnnTask::Regression, &device, false, &None)?;
     let pred = to_vec_f32(&fit.model.forward(fit.particles.positions.clone(), x_test.clone()));
     report("svgd (main job)", fit.particles.len(), &pred, &fit.precisions);
 

@@ -15,6 +15,7 @@ use parvi_models::BnnTask;
 use parvi_models::predictive::{ClassCalibration, RegressionCalibration, RegressionPredictive};
 
 use super::bnn_run::{BnnFit, BnnProtocol, ProtocolArgs, SplitCheckpoint, SplitScore, fit_split, test_mixture};
+use super::distributed::{Group, communication_ms_per_step, is_lead, launch};
 use super::{plot, write_atomic};
 
 #[derive(Args, Debug, Clone)]
@@ -62,6 +63,11 @@ pub struct BnnArgs {
     pub lambda: Option<f64>,
     #[command(flatten)]
     pub protocol: ProtocolArgs,
+    /// Share the particles among the processes of an MPI job (`mpirun -np K parvi bnn ...
+    /// --distributed`; needs the `mpi` feature): the particles of one process, rank 0 prints
+    /// and writes.
+    #[arg(long)]
+    pub distributed: bool,
     /// Output directory.
     #[arg(long, default_value = "out")]
     pub out: PathBuf,
@@ -83,6 +89,7 @@ impl Default for BnnArgs {
             split: 0,
             lambda: None,
             protocol: ProtocolArgs::default(),
+            distributed: false,
             out: "out".into(),
         }
     }
@@ -117,6 +124,14 @@ struct BnnSummary {
     #[serde(skip_serializing_if = "Option::is_none")]
     posterior: Option<PathBuf>,
     seconds: f64,
+    /// Wall milliseconds per step of this process's run.
+    ms_per_step: f64,
+    /// Processes that shared the particles (1 without `--distributed`).
+    ranks: usize,
+    /// Of `ms_per_step`, the time rank 0 spent in the all-gathers (waiting for the slowest rank
+    /// included); absent without `--distributed`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    communication_ms_per_step: Option<f64>,
     /// The engine's report at the end of the run.
     engine: serde_json::Value,
     /// What the diagnostics warned about (also printed); empty when they passed.
@@ -132,6 +147,13 @@ struct RowCounts {
 }
 
 pub fn run(args: BnnArgs) -> Result<()> {
+    let distributed = args.distributed;
+    launch(distributed, |group| run_with(args, group))
+}
+
+/// The run, in this process alone or as one rank of `group`.
+fn run_with(args: BnnArgs, group: Group) -> Result<()> {
+    let lead = is_lead(&group);
     let device = args.protocol.device()?;
     let toy = args.dataset.is_none() && args.csv.is_none();
     let (ds, feature_names, target, classes, dropped) = match (&args.dataset, &args.csv) {
@@ -166,7 +188,7 @@ pub fn run(args: BnnArgs) -> Result<()> {
     };
     let split = if args.csv.is_some() { 0 } else { args.split };
     let data = prepare(&ds, split, if toy { DevSplit::None } else { DevSplit::Reference })?;
-    if args.csv.is_some() {
+    if args.csv.is_some() && lead {
         println!(
             "{}: {} rows for training ({} of them the development set), {} for testing{}; features {}",
             ds.name,
@@ -194,7 +216,10 @@ pub fn run(args: BnnArgs) -> Result<()> {
         },
         ..args.protocol.protocol(&ds.name, toy)?
     };
-    let fit = fit_split(&data, &protocol, task, &device, true)?;
+    let fit = fit_split(&data, &protocol, task, &device, true, &group)?;
+    if !lead {
+        return Ok(());
+    }
     std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
     if let Some(path) = &args.save_posterior {
         fit.posterior(&data, &protocol, &feature_names, target.as_deref(), classes.as_deref())?.save(path)?;
@@ -223,6 +248,9 @@ pub fn run(args: BnnArgs) -> Result<()> {
         classification: classification.clone(),
         posterior: args.save_posterior.clone(),
         seconds: fit.seconds,
+        ms_per_step: if fit.steps_run == 0 { 0.0 } else { 1e3 * fit.seconds / fit.steps_run as f64 },
+        ranks: group.as_ref().map_or(1, |c| c.size()),
+        communication_ms_per_step: communication_ms_per_step(&group, fit.steps_run),
         engine: fit.engine.clone(),
         warnings: fit.warnings.clone(),
     };
@@ -275,12 +303,17 @@ pub fn run(args: BnnArgs) -> Result<()> {
         ),
         _ => String::new(),
     };
+    let ranks = match summary.communication_ms_per_step {
+        Some(comm) => format!(" on {} ranks, {comm:.3} ms/step communicating", summary.ranks),
+        None => String::new(),
+    };
     println!(
-        "BNN ({}) on {} split {}: {scores}, {:.2} s; wrote {} in {}{}",
+        "BNN ({}) on {} split {}: {scores}, {:.2} s ({:.3} ms/step{ranks}); wrote {} in {}{}",
         summary.protocol.method,
         ds.name,
         split,
         fit.seconds,
+        summary.ms_per_step,
         wrote.join(", "),
         args.out.display(),
         args.save_posterior.as_ref().map_or(String::new(), |p| format!("; saved the posterior to {}", p.display()))

@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+use super::distributed::{Group, is_lead};
 use anyhow::Result;
 use burn::tensor::{Device, Tensor};
 use clap::Args;
@@ -262,6 +263,8 @@ pub struct BnnFit {
     pub seconds: f64,
     /// Steps run (fewer than `iters` under a wall-clock budget).
     pub steps: usize,
+    /// Steps run by this process (`steps` less those of the checkpoint it resumed from).
+    pub steps_run: usize,
     /// Regression: the original-scale noise precision chosen per particle; empty otherwise.
     pub precisions: Vec<f64>,
     /// The engine's own report at the end (e.g. MMD-FW's weights and jitter, an adapter's
@@ -322,6 +325,7 @@ pub fn fit_split(
     task: BnnTask,
     device: &Device,
     progress: bool,
+    group: &Group,
 ) -> Result<BnnFit> {
     if data.y_train.is_empty() {
         anyhow::bail!("the training split has zero rows");
@@ -345,7 +349,8 @@ pub fn fit_split(
     let config = RunConfig {
         batch_size: Some(protocol.batch),
         batch_order: BatchOrder::Cycle,
-        progress,
+        progress: progress && is_lead(group),
+        collective: group.clone(),
         max_seconds: protocol.seconds,
         checkpoint: protocol.checkpoint.policy.clone(),
         label: RunLabel {
@@ -450,8 +455,10 @@ pub fn fit_split(
     let report = engine.report();
     let mut warnings = parvi_infer::Diagnostics::from_report(engine.name(), &report).warnings;
     warnings.extend(flat_predictor_warning(&model, &particles, data, device));
-    for w in &warnings {
-        eprintln!("warning: {w}");
+    if is_lead(group) {
+        for w in &warnings {
+            eprintln!("warning: {w}");
+        }
     }
     Ok(BnnFit {
         model,
@@ -460,6 +467,7 @@ pub fn fit_split(
         score,
         seconds: outcome.seconds,
         steps: outcome.steps,
+        steps_run: outcome.steps_run,
         precisions,
         engine: report,
         warnings,

@@ -12,6 +12,7 @@ use parvi_model::BackendKind;
 use parvi_models::{BUILTIN_TARGETS, builtin_target};
 use serde::{Deserialize, Serialize};
 
+use super::distributed::{Group, communication_ms_per_step, is_lead, launch};
 use super::method::{adapter_from_name, engine_spec, parse_options};
 use super::{plot, read_config, write_atomic};
 
@@ -77,6 +78,12 @@ pub struct FitArgs {
     #[arg(long)]
     #[serde(default)]
     pub quiet: bool,
+    /// Share the particles among the processes of an MPI job (`mpirun -np K parvi fit ...
+    /// --distributed`; needs the `mpi` feature): the same particles as one process, rank 0
+    /// prints and writes.
+    #[arg(long)]
+    #[serde(default)]
+    pub distributed: bool,
 }
 
 /// `--model`'s help, naming every built-in target from the models' own table.
@@ -113,6 +120,7 @@ impl FitArgs {
             options: file.options,
             out: self.out.or(file.out),
             quiet: self.quiet || file.quiet,
+            distributed: self.distributed || file.distributed,
         })
     }
 }
@@ -137,10 +145,25 @@ pub struct FitSummary {
     pub engine: serde_json::Value,
     /// Convergence warnings (empty when the diagnostics passed).
     pub warnings: Vec<String>,
+    /// Processes that shared the particles (1 without `--distributed`).
+    #[serde(default)]
+    pub ranks: Option<usize>,
+    /// Of `ms_per_step`, the time rank 0 spent in the all-gathers (waiting for the slowest
+    /// rank included); `None` without `--distributed`.
+    #[serde(default)]
+    pub communication_ms_per_step: Option<f64>,
 }
 
 pub fn run(args: FitArgs) -> Result<()> {
     let args = args.merged()?;
+    let distributed = args.distributed;
+    launch(distributed, |group| run_with(args, group))
+}
+
+/// The run, in this process alone or as one rank of `collective`'s group.
+fn run_with(args: FitArgs, collective: Group) -> Result<()> {
+    // Rank 0 alone prints and writes; the state is replicated on every rank.
+    let lead = is_lead(&collective);
     let Some(model_name) = args.model.clone() else {
         bail!("missing setting `--model` (one of: {})", BUILTIN_TARGETS.join(", "))
     };
@@ -177,7 +200,8 @@ pub fn run(args: FitArgs) -> Result<()> {
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create output directory {}", out.display()))?;
 
     let config = RunConfig {
-        progress: !args.quiet,
+        progress: !args.quiet && lead,
+        collective: collective.clone(),
         checkpoint: args.checkpoint_every.map(|every| CheckpointPolicy { path: out.join("checkpoint.json"), every }),
         // What the checkpoint belongs to: a resume with another model, method, option or
         // particle count is refused by name.
@@ -207,7 +231,9 @@ pub fn run(args: FitArgs) -> Result<()> {
     let outcome = match runner.run(&mut []) {
         Ok(outcome) => outcome,
         Err(RunError::Diverged { step, cause, last_finite }) => {
-            write_particles(&out.join("particles.csv"), &last_finite)?;
+            if lead {
+                write_particles(&out.join("particles.csv"), &last_finite)?;
+            }
             bail!(
                 "diverged at step {step}: {cause}; the last finite particles are in {}",
                 out.join("particles.csv").display()
@@ -220,6 +246,9 @@ pub fn run(args: FitArgs) -> Result<()> {
     let particles = draws.as_ref().unwrap_or(&outcome.particles);
     let report = engine.report();
     let diagnostics = parvi_infer::Diagnostics::from_report(&method, &report);
+    if !lead {
+        return Ok(());
+    }
     for w in &diagnostics.warnings {
         eprintln!("warning: {w}");
     }
@@ -239,6 +268,8 @@ pub fn run(args: FitArgs) -> Result<()> {
         true_cov: target.cov.clone(),
         engine: report,
         warnings: diagnostics.warnings,
+        ranks: Some(collective.as_ref().map_or(1, |c| c.size())),
+        communication_ms_per_step: communication_ms_per_step(&collective, outcome.steps_run),
     };
     write_atomic(&out.join("summary.json"), &serde_json::to_vec_pretty(&summary)?)?;
     write_particles(&out.join("particles.csv"), particles)?;
@@ -257,11 +288,16 @@ pub fn run(args: FitArgs) -> Result<()> {
         )?,
         None => plot::particles_over_density(&svg, target.density.as_ref(), target.window, particles, &device, &title)?,
     }
+    let ranks = match (&collective, summary.communication_ms_per_step) {
+        (Some(c), Some(comm)) => format!(" on {} ranks ({comm:.3} ms/step communicating)", c.size()),
+        _ => String::new(),
+    };
     println!(
-        "{} on {} ({}): {} particles, {} steps, {:.3} ms/step; mean {:?}; wrote {}",
+        "{} on {} ({}){}: {} particles, {} steps, {:.3} ms/step; mean {:?}; wrote {}",
         method,
         target.name,
         backend,
+        ranks,
         particles.len(),
         outcome.steps,
         outcome.ms_per_step(),

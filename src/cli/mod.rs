@@ -4,6 +4,7 @@ pub mod bench;
 pub mod bnn;
 pub mod bnn_run;
 pub mod data;
+pub mod distributed;
 pub mod fit;
 pub mod method;
 pub mod plot;

@@ -126,7 +126,7 @@ pub fn run(args: UciArgs) -> Result<()> {
         let mut rows = Vec::with_capacity(splits.len());
         for split in splits {
             let data = prepare(&ds, split, DevSplit::Reference)?;
-            let fit = fit_split(&data, &protocol, parvi_models::BnnTask::Regression, &device, true)?;
+            let fit = fit_split(&data, &protocol, parvi_models::BnnTask::Regression, &device, true, &None)?;
             let (score, calibration) = fit.regression()?;
             let calibration = calibration.cloned().unwrap_or(RegressionCalibration {
                 coverage_90: f64::NAN,

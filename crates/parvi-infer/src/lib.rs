@@ -20,6 +20,8 @@ mod error;
 pub mod evaluation;
 pub mod fit;
 pub mod kernels;
+#[cfg(feature = "mpi")]
+pub mod mpi;
 pub mod registry;
 
 pub use crate::core::{

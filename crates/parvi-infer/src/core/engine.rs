@@ -4,7 +4,12 @@
 use burn::tensor::{Device, Tensor};
 use parvi_model::{LogDensity, Minibatch};
 
+use crate::core::shard::{Collective, not_shardable, sharded_ascent};
 use crate::{EngineRng, EngineState, InferError, Particles, StepAdapter};
+
+/// Why a method without a sharded step cannot run sharded.
+const NOT_A_ROW_SUM: &str = "only a method whose direction at each particle is a sum over all \
+particles' positions and scores (svgd) splits its rows across ranks";
 
 /// What a step may use besides the particles.
 pub struct StepContext<'a> {
@@ -50,6 +55,24 @@ pub trait Engine: Send {
     fn report(&self) -> serde_json::Value {
         serde_json::Value::Null
     }
+
+    /// `Ok` when [`Engine::step_sharded`] is implemented for this engine as configured; else
+    /// the error naming the method and why.
+    fn can_shard(&self) -> Result<(), InferError> {
+        Err(not_shardable(self.name(), NOT_A_ROW_SUM))
+    }
+
+    /// One step with the work split among the ranks of `collective` ([`crate::core::shard`]):
+    /// every rank ends with the particles [`Engine::step`] gives, up to float rounding.
+    fn step_sharded(
+        &mut self,
+        ctx: &mut StepContext<'_>,
+        particles: &mut Particles,
+        collective: &dyn Collective,
+    ) -> Result<(), InferError> {
+        let _ = (ctx, particles, collective);
+        Err(not_shardable(self.name(), NOT_A_ROW_SUM))
+    }
 }
 
 /// A method that moves every particle along an ascent direction it computes each step (SVGD
@@ -67,6 +90,24 @@ pub trait Direction: Send {
 
     /// The ascent direction `[n, dim]` at the particles `x`.
     fn ascent(&mut self, ctx: &mut StepContext<'_>, x: Tensor<2>) -> Result<Tensor<2>, InferError>;
+
+    /// `Ok` when [`Direction::ascent_rows`] is implemented for this method as configured.
+    fn can_shard(&self) -> Result<(), InferError> {
+        Err(not_shardable(self.name(), NOT_A_ROW_SUM))
+    }
+
+    /// The rows `rows` of [`Direction::ascent`] at all particles `x` with their scores `scores`
+    /// (both `[n, dim]`), drawing from `ctx.rng` exactly what `ascent` draws.
+    fn ascent_rows(
+        &mut self,
+        ctx: &mut StepContext<'_>,
+        x: Tensor<2>,
+        scores: Tensor<2>,
+        rows: std::ops::Range<usize>,
+    ) -> Result<Tensor<2>, InferError> {
+        let _ = (ctx, x, scores, rows);
+        Err(not_shardable(self.name(), NOT_A_ROW_SUM))
+    }
 
     /// Method-specific results for summaries.
     fn report(&self) -> serde_json::Value {
@@ -107,6 +148,25 @@ impl<M: Direction> Engine for DirectionEngine<M> {
     fn step(&mut self, ctx: &mut StepContext<'_>, particles: &mut Particles) -> Result<(), InferError> {
         let x = particles.positions.clone();
         let phi = self.method.ascent(ctx, x.clone())?;
+        let delta = self.adapter.delta(phi);
+        particles.positions = x.clone() + delta.clone();
+        self.last_move = Some((x, delta));
+        Ok(())
+    }
+
+    fn can_shard(&self) -> Result<(), InferError> {
+        self.method.can_shard()
+    }
+
+    /// The direction in shards; the adapter, replicated, steps the full direction on every rank.
+    fn step_sharded(
+        &mut self,
+        ctx: &mut StepContext<'_>,
+        particles: &mut Particles,
+        collective: &dyn Collective,
+    ) -> Result<(), InferError> {
+        let x = particles.positions.clone();
+        let phi = sharded_ascent(&mut self.method, ctx, x.clone(), collective)?;
         let delta = self.adapter.delta(phi);
         particles.positions = x.clone() + delta.clone();
         self.last_move = Some((x, delta));

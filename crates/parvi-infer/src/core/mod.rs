@@ -11,6 +11,7 @@ mod record;
 mod rng;
 mod rows;
 mod run;
+pub mod shard;
 
 pub use adapter::{AdapterConfig, Schedule, StepAdapter};
 pub use batches::{BatchOrder, BatchStream};
@@ -22,3 +23,4 @@ pub use record::{EngineState, TensorRecord};
 pub use rng::{EngineRng, RngState};
 pub use rows::{check_subset_size, random_rows, select_rows};
 pub use run::{Callback, CheckpointPolicy, RunConfig, RunError, RunLabel, RunOutcome, Runner};
+pub use shard::{Collective, SingleProcess};

@@ -2,11 +2,13 @@
 //! the divergence guard, and checkpoint/resume.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
 use parvi_model::{LogDensity, Minibatch, score};
 use thiserror::Error;
 
+use crate::core::shard::{Collective, check_shardable_count};
 use crate::core::{Checkpoint, FORMAT, RunIdentity};
 use crate::{BatchOrder, BatchStream, Engine, EngineRng, InferError, Particles, StepContext, TensorRecord};
 
@@ -47,6 +49,10 @@ pub struct RunConfig {
     /// What the run belongs to beyond what the loop sees itself; written into every checkpoint
     /// and compared on resume.
     pub label: RunLabel,
+    /// The group of processes that share this run's particles ([`crate::core::shard`]);
+    /// `None` runs in this process alone. Every rank runs the same loop with the same settings;
+    /// only rank 0 writes checkpoints.
+    pub collective: Option<Arc<dyn Collective>>,
 }
 
 /// The part of a run's identity ([`RunIdentity`]) only the caller knows: the loop itself sees
@@ -79,6 +85,7 @@ impl RunConfig {
             guard_every: 1,
             max_seconds: None,
             label: RunLabel::default(),
+            collective: None,
         }
     }
 }
@@ -174,6 +181,7 @@ impl<'a> Runner<'a> {
                 format!("{} particles given, but the run's label asks for {asked}", particles.len()),
             ));
         }
+        Self::check_collective(&*engine, &config, particles.len())?;
         engine.init(&particles)?;
         let batches = Self::batch_stream(model, &config)?;
         let identity = Self::identity_of(&*engine, model, &config, particles.len(), &particles.device());
@@ -228,6 +236,7 @@ impl<'a> Runner<'a> {
         if particles.dim() != model.dim() {
             return Err(bad(format!("particles have dimension {} but the model has {}", particles.dim(), model.dim())));
         }
+        Self::check_collective(&*engine, &config, particles.len())?;
         engine.load(&checkpoint.engine_state, device)?;
         let rng = EngineRng::from_state(&checkpoint.rng).ok_or_else(|| bad("malformed rng state".into()))?;
         let mut batches = Self::batch_stream(model, &config)?;
@@ -235,6 +244,17 @@ impl<'a> Runner<'a> {
             b.set_position(pos);
         }
         Ok(Self { engine, model, config, rng, batches, particles, step: checkpoint.step, identity })
+    }
+
+    /// A sharded run needs an engine with a sharded step and at least one particle per rank.
+    fn check_collective(engine: &dyn Engine, config: &RunConfig, particles: usize) -> Result<(), InferError> {
+        match &config.collective {
+            Some(collective) => {
+                engine.can_shard()?;
+                check_shardable_count(particles, collective.as_ref())
+            }
+            None => Ok(()),
+        }
     }
 
     fn batch_stream(model: &dyn LogDensity, config: &RunConfig) -> Result<Option<BatchStream>, InferError> {
@@ -283,7 +303,11 @@ impl<'a> Runner<'a> {
                 verified = (step, self.particles.clone());
             }
             let mut ctx = StepContext { model: self.model, batch: batch.as_ref(), rng: &mut self.rng, step };
-            self.engine.step(&mut ctx, &mut self.particles).map_err(|error| RunError::Failed { step, error })?;
+            match &self.config.collective {
+                Some(collective) => self.engine.step_sharded(&mut ctx, &mut self.particles, collective.as_ref()),
+                None => self.engine.step(&mut ctx, &mut self.particles),
+            }
+            .map_err(|error| RunError::Failed { step, error })?;
             let out_of_time = self.config.max_seconds.is_some_and(|budget| started.elapsed().as_secs_f64() >= budget);
             let last = step + 1 == self.config.steps || out_of_time;
             let checkpoint_due =
@@ -308,8 +332,11 @@ impl<'a> Runner<'a> {
                     cb.on_step(self.step, &self.particles).map_err(|error| RunError::Failed { step, error })?;
                 }
             }
+            // The state is replicated: rank 0 alone writes it.
+            let writer = self.config.collective.as_ref().is_none_or(|c| c.rank() == 0);
             if let Some(policy) = &self.config.checkpoint
                 && checkpoint_due
+                && writer
             {
                 self.checkpoint().save(&policy.path).map_err(|error| RunError::Failed { step, error })?;
             }

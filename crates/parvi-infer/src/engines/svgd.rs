@@ -4,8 +4,9 @@
 use burn::tensor::Tensor;
 use parvi_model::score;
 
+use crate::core::shard::not_shardable;
 use crate::core::{Direction, DirectionEngine};
-use crate::kernels::{DENSE_MAX_POINTS, require_matrices_fit, svgd_direction};
+use crate::kernels::{DENSE_MAX_POINTS, require_matrices_fit, svgd_direction, svgd_direction_rows};
 use crate::{InferError, Kernel, Particles, StepAdapter, StepContext};
 use serde::{Deserialize, Serialize};
 
@@ -43,6 +44,29 @@ impl Direction for Svgd {
     fn ascent(&mut self, ctx: &mut StepContext<'_>, x: Tensor<2>) -> Result<Tensor<2>, InferError> {
         let s = score(ctx.model, x.clone(), ctx.batch)?;
         Ok(svgd_direction(self.kernel.as_ref(), x, s.grad))
+    }
+
+    /// Sharded with any kernel evaluated in blocks (the RBF with any bandwidth rule, the IMQ).
+    fn can_shard(&self) -> Result<(), InferError> {
+        match self.kernel.resolved(2, &mut || 1.0) {
+            Some(_) => Ok(()),
+            None => Err(not_shardable(
+                "svgd",
+                &format!("its kernel {} cannot be evaluated in row blocks", self.kernel.describe()),
+            )),
+        }
+    }
+
+    fn ascent_rows(
+        &mut self,
+        _ctx: &mut StepContext<'_>,
+        x: Tensor<2>,
+        scores: Tensor<2>,
+        rows: std::ops::Range<usize>,
+    ) -> Result<Tensor<2>, InferError> {
+        svgd_direction_rows(self.kernel.as_ref(), x, scores, rows).ok_or_else(|| {
+            not_shardable("svgd", &format!("its kernel {} cannot be evaluated in row blocks", self.kernel.describe()))
+        })
     }
 
     fn report(&self) -> serde_json::Value {

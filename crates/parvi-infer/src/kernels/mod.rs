@@ -22,4 +22,5 @@ pub use radial::{Bandwidth, Imq, Kernel, KernelConfig, RadialEval, Rbf, median_b
 pub use rff::{FourierStein, RandomFourierFeatures};
 pub use stein::{
     repulsion_from, stein_direction, stein_kernel, stein_kernel_matrix, svgd_direction, svgd_direction_dense,
+    svgd_direction_rows,
 };

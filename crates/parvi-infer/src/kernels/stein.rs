@@ -7,7 +7,7 @@
 use burn::tensor::Tensor;
 use parvi_model::tensor_ops::pairwise_sq_dists;
 
-use crate::kernels::pairs::{DENSE_MAX_POINTS, PairTiles, svgd_direction_tiled};
+use crate::kernels::pairs::{DENSE_MAX_POINTS, PairTiles, pair_median_sq, svgd_direction_tiled};
 use crate::kernels::{Kernel, RadialEval};
 
 /// The (weighted) Stein variational direction at the targets `y`:
@@ -83,6 +83,25 @@ pub fn svgd_direction(kernel: &dyn Kernel, x: Tensor<2>, s: Tensor<2>) -> Tensor
         return phi;
     }
     svgd_direction_dense(kernel, x, s)
+}
+
+/// The rows `rows` of [`svgd_direction`]: `phi(x_i)` for `i` in `rows` from all `n` particles
+/// `x` and their scores `s`, with the kernel's data-dependent parameters (the median bandwidth)
+/// fixed from the whole set ([`Kernel::resolved`], [`pair_median_sq`]: the value the whole
+/// direction uses), so the row blocks of any split make up the whole direction. Memory: one
+/// `[n, rows]` kernel block. `None` when `kernel` cannot be evaluated in blocks.
+pub fn svgd_direction_rows(
+    kernel: &dyn Kernel,
+    x: Tensor<2>,
+    s: Tensor<2>,
+    rows: std::ops::Range<usize>,
+) -> Option<Tensor<2>> {
+    let n = x.dims()[0];
+    let kernel = kernel.resolved(n, &mut || pair_median_sq(&x))?;
+    let y = x.clone().slice([rows]);
+    let sq = pairwise_sq_dists(x.clone(), y.clone());
+    let eval = kernel.eval(&sq, false);
+    Some(stein_direction(&eval, x, s, y, None))
 }
 
 /// The SVGD direction from the whole `n x n` kernel matrix.

@@ -1,0 +1,46 @@
+//! `--distributed`: one run shared among the processes of an MPI job. Every rank runs the same
+//! command; rank 0 alone prints and writes ([`is_lead`]); an error in any rank ends the whole
+//! job with its message (`MPI_Abort`), so no rank is left waiting in a collective.
+
+use std::sync::Arc;
+
+use anyhow::Result;
+use parvi_infer::core::Collective;
+
+/// The group a run shares its particles with; `None` runs in this process alone.
+pub type Group = Option<Arc<dyn Collective>>;
+
+/// Whether this process prints and writes the run's outputs: rank 0, or a run of its own.
+pub fn is_lead(group: &Group) -> bool {
+    group.as_ref().is_none_or(|c| c.rank() == 0)
+}
+
+/// Runs `body` alone, or with `distributed` as one rank of the MPI job this process belongs to.
+pub fn launch(distributed: bool, body: impl FnOnce(Group) -> Result<()>) -> Result<()> {
+    if !distributed {
+        return body(None);
+    }
+    in_mpi_job(body)
+}
+
+#[cfg(feature = "mpi")]
+fn in_mpi_job(body: impl FnOnce(Group) -> Result<()>) -> Result<()> {
+    // The world finalises MPI when dropped: it outlives the run and every collective taken from it.
+    let world = parvi_infer::mpi::MpiWorld::init()?;
+    let collective = world.collective();
+    match body(Some(collective.clone())) {
+        Ok(()) => Ok(()),
+        Err(e) if collective.size() > 1 => collective.abort(&format!("{e:#}")),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(not(feature = "mpi"))]
+fn in_mpi_job(_body: impl FnOnce(Group) -> Result<()>) -> Result<()> {
+    anyhow::bail!("invalid setting `--distributed`: built without the `mpi` feature: rebuild with `--features mpi`")
+}
+
+/// The run's share of wall time spent in the all-gathers, per step (`None` alone).
+pub fn communication_ms_per_step(group: &Group, steps: usize) -> Option<f64> {
+    group.as_ref().map(|c| if steps == 0 { 0.0 } else { 1e3 * c.seconds_communicating() / steps as f64 })
+}
