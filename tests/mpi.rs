@@ -85,6 +85,21 @@ fn sharded_runs_match_one_process_and_resume_at_another_rank_count() {
     assert!(gap < 1e-4, "resumed at 1 rank: particles differ by {gap} of their spread");
 }
 
+/// A-SVGD (an annealed score, the same row-block direction) shards as SVGD does.
+#[test]
+fn annealed_svgd_shards_too() {
+    let Some(mut cmd) = mpirun() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (plain, shared) = (dir.path().join("plain"), dir.path().join("shared"));
+    let mut one = Command::new(PARVI);
+    one.args(fit_args(&plain, 30)).args(["--method", "a-svgd"]);
+    run(one);
+    cmd.args(["-np", "2", PARVI]).args(fit_args(&shared, 30)).args(["--method", "a-svgd", "--distributed"]);
+    run(cmd);
+    let gap = relative_gap(&particles(&plain), &particles(&shared));
+    assert!(gap < 1e-4, "a-svgd on 2 ranks: particles differ by {gap} of their spread");
+}
+
 #[test]
 fn an_engine_without_a_sharded_step_is_refused_by_name() {
     let Some(mut cmd) = mpirun() else { return };

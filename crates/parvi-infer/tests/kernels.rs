@@ -9,7 +9,7 @@ use common::*;
 use parvi_infer::kernels::{
     DENSE_MAX_POINTS, EXACT_MEDIAN_MAX_POINTS, Imq, Kernel, MEDIAN_SAMPLE_MIN_PAIRS, MEDIAN_SAMPLE_PAIRS, MultiKernel,
     PairTiles, Rbf, median_is_exact, median_rule_h2, pair_median_sq, sampled_pair_median_sq, svgd_direction,
-    svgd_direction_dense, svgd_direction_tiled,
+    svgd_direction_dense, svgd_direction_rows, svgd_direction_tiled,
 };
 use parvi_infer::{
     AdapterConfig, ControlFunctionalConfig, EngineRng, EngineSpec, MethodConfig, Particles, RandomSubset, Svgd,
@@ -113,6 +113,31 @@ fn tiled_direction_is_the_dense_direction() {
     // A kernel that cannot be evaluated in blocks says so instead of computing something else.
     let multi = MultiKernel::with_host_weights(&[0.5, 1.0], &[0.5, 0.5], &flex()).unwrap();
     assert!(svgd_direction_tiled(&multi, x.clone(), s, &PairTiles::new(300, 64)).is_none());
+}
+
+/// The row blocks of a sharded step, for uneven splits, make up the whole direction: below and
+/// above the dense limit, for each kernel that works in blocks, with the median taken over the
+/// whole set (a median from a block alone gives another bandwidth and fails this).
+#[test]
+fn row_blocks_make_up_the_whole_direction() {
+    for n in [37, DENSE_MAX_POINTS + 44] {
+        let x = normal_points(n, 3, 5).mul_scalar(1.5).add_scalar(4.0);
+        let s = x.clone().neg().add_scalar(3.0) + normal_points(n, 3, 6).mul_scalar(0.3);
+        let kernels: [Box<dyn Kernel>; 3] =
+            [Box::new(Rbf::median()), Box::new(Rbf::fixed(0.7).unwrap()), Box::new(Imq::new(1.0, -0.5).unwrap())];
+        for kernel in &kernels {
+            let whole = host(&svgd_direction(kernel.as_ref(), x.clone(), s.clone()));
+            let cuts = [0, 1, n / 3, n / 3 + 7, n];
+            let mut rows = Vec::new();
+            for w in cuts.windows(2) {
+                rows.extend(host(&svgd_direction_rows(kernel.as_ref(), x.clone(), s.clone(), w[0]..w[1]).unwrap()));
+            }
+            let gap = relative_gap(&rows, &whole);
+            assert!(gap < 2e-5, "{} at n = {n}: row blocks differ from the whole by {gap}", kernel.describe());
+        }
+        let multi = MultiKernel::with_host_weights(&[0.5, 1.0], &[0.5, 0.5], &flex()).unwrap();
+        assert!(svgd_direction_rows(&multi, x.clone(), s, 0..n).is_none());
+    }
 }
 
 /// SVGD's RBF direction at rows `rows` in `f64` on the host, one pair at a time: the reference

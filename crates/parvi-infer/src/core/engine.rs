@@ -2,14 +2,14 @@
 //! shape), driven by the one run loop, [`crate::Runner`].
 
 use burn::tensor::{Device, Tensor};
-use parvi_model::{LogDensity, Minibatch};
+use parvi_model::{LogDensity, Minibatch, score};
 
 use crate::core::shard::{Collective, not_shardable, sharded_ascent};
 use crate::{EngineRng, EngineState, InferError, Particles, StepAdapter};
 
 /// Why a method without a sharded step cannot run sharded.
 const NOT_A_ROW_SUM: &str = "only a method whose direction at each particle is a sum over all \
-particles' positions and scores (svgd) splits its rows across ranks";
+particles' positions and scores (svgd, a-svgd) splits its rows across ranks";
 
 /// What a step may use besides the particles.
 pub struct StepContext<'a> {
@@ -94,6 +94,12 @@ pub trait Direction: Send {
     /// `Ok` when [`Direction::ascent_rows`] is implemented for this method as configured.
     fn can_shard(&self) -> Result<(), InferError> {
         Err(not_shardable(self.name(), NOT_A_ROW_SUM))
+    }
+
+    /// The scores a sharded step gathers, at this rank's rows `x_rows` of the particles: the
+    /// model's score, or what the method uses in its place (A-SVGD's annealed score).
+    fn shard_scores(&mut self, ctx: &mut StepContext<'_>, x_rows: Tensor<2>) -> Result<Tensor<2>, InferError> {
+        Ok(score(ctx.model, x_rows, ctx.batch)?.grad)
     }
 
     /// The rows `rows` of [`Direction::ascent`] at all particles `x` with their scores `scores`

@@ -13,7 +13,6 @@ use std::fmt::Debug;
 use std::ops::Range;
 
 use burn::tensor::{Tensor, TensorData};
-use parvi_model::score;
 use parvi_model::tensor_ops::to_vec_f32;
 
 use crate::{Direction, InferError, StepContext};
@@ -131,8 +130,8 @@ pub fn sharded_ascent(
     check_shardable_count(n, collective)?;
     let counts = shard_counts(n, collective.size());
     let rows = shard_rows(n, collective.size(), collective.rank());
-    let local = score(ctx.model, x.clone().slice([rows.clone()]), ctx.batch)?;
-    let scores = gather_rows(local.grad, &counts, collective)?;
+    let local = method.shard_scores(ctx, x.clone().slice([rows.clone()]))?;
+    let scores = gather_rows(local, &counts, collective)?;
     let phi_rows = method.ascent_rows(ctx, x, scores, rows)?;
     gather_rows(phi_rows, &counts, collective)
 }

@@ -4,9 +4,8 @@
 use burn::tensor::Tensor;
 use parvi_model::score;
 
-use crate::core::shard::not_shardable;
 use crate::core::{Direction, DirectionEngine};
-use crate::kernels::{DENSE_MAX_POINTS, require_matrices_fit, svgd_direction, svgd_direction_rows};
+use crate::kernels::{DENSE_MAX_POINTS, require_matrices_fit, require_row_blocks, svgd_direction, svgd_rows_of};
 use crate::{InferError, Kernel, Particles, StepAdapter, StepContext};
 use serde::{Deserialize, Serialize};
 
@@ -48,13 +47,7 @@ impl Direction for Svgd {
 
     /// Sharded with any kernel evaluated in blocks (the RBF with any bandwidth rule, the IMQ).
     fn can_shard(&self) -> Result<(), InferError> {
-        match self.kernel.resolved(2, &mut || 1.0) {
-            Some(_) => Ok(()),
-            None => Err(not_shardable(
-                "svgd",
-                &format!("its kernel {} cannot be evaluated in row blocks", self.kernel.describe()),
-            )),
-        }
+        require_row_blocks("svgd", self.kernel.as_ref())
     }
 
     fn ascent_rows(
@@ -64,9 +57,7 @@ impl Direction for Svgd {
         scores: Tensor<2>,
         rows: std::ops::Range<usize>,
     ) -> Result<Tensor<2>, InferError> {
-        svgd_direction_rows(self.kernel.as_ref(), x, scores, rows).ok_or_else(|| {
-            not_shardable("svgd", &format!("its kernel {} cannot be evaluated in row blocks", self.kernel.describe()))
-        })
+        svgd_rows_of("svgd", self.kernel.as_ref(), x, scores, rows)
     }
 
     fn report(&self) -> serde_json::Value {

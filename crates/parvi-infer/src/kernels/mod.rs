@@ -21,6 +21,6 @@ pub use pairs::{
 pub use radial::{Bandwidth, Imq, Kernel, KernelConfig, RadialEval, Rbf, median_bandwidth, median_h2, median_rule_h2};
 pub use rff::{FourierStein, RandomFourierFeatures};
 pub use stein::{
-    repulsion_from, stein_direction, stein_kernel, stein_kernel_matrix, svgd_direction, svgd_direction_dense,
-    svgd_direction_rows,
+    repulsion_from, require_row_blocks, stein_direction, stein_kernel, stein_kernel_matrix, svgd_direction,
+    svgd_direction_dense, svgd_direction_rows, svgd_rows_of,
 };

@@ -5,8 +5,10 @@
 //! k(x_j, y_i)`. For a radial kernel `k = f(r^2)`, `grad_{x_j} k(x_j, y_i) = 2 f' (x_j - y_i)`.
 
 use burn::tensor::Tensor;
-use parvi_model::tensor_ops::pairwise_sq_dists;
+use parvi_model::tensor_ops::{median_on_host, pairwise_sq_dists};
 
+use crate::InferError;
+use crate::core::shard::not_shardable;
 use crate::kernels::pairs::{DENSE_MAX_POINTS, PairTiles, pair_median_sq, svgd_direction_tiled};
 use crate::kernels::{Kernel, RadialEval};
 
@@ -87,9 +89,13 @@ pub fn svgd_direction(kernel: &dyn Kernel, x: Tensor<2>, s: Tensor<2>) -> Tensor
 
 /// The rows `rows` of [`svgd_direction`]: `phi(x_i)` for `i` in `rows` from all `n` particles
 /// `x` and their scores `s`, with the kernel's data-dependent parameters (the median bandwidth)
-/// fixed from the whole set ([`Kernel::resolved`], [`pair_median_sq`]: the value the whole
-/// direction uses), so the row blocks of any split make up the whole direction. Memory: one
-/// `[n, rows]` kernel block. `None` when `kernel` cannot be evaluated in blocks.
+/// fixed from the whole set ([`Kernel::resolved`]: the value the whole direction uses), so the
+/// row blocks of any split make up the whole direction. `None` when `kernel` cannot be
+/// evaluated in blocks.
+///
+/// Up to [`DENSE_MAX_POINTS`] particles the whole `n x n` distance matrix gives both the median
+/// and this block, and the RBF takes the one-product form of [`svgd_direction_dense`]; above,
+/// the median comes from [`pair_median_sq`] and memory is one `[n, rows]` block.
 pub fn svgd_direction_rows(
     kernel: &dyn Kernel,
     x: Tensor<2>,
@@ -97,11 +103,50 @@ pub fn svgd_direction_rows(
     rows: std::ops::Range<usize>,
 ) -> Option<Tensor<2>> {
     let n = x.dims()[0];
-    let kernel = kernel.resolved(n, &mut || pair_median_sq(&x))?;
-    let y = x.clone().slice([rows]);
-    let sq = pairwise_sq_dists(x.clone(), y.clone());
-    let eval = kernel.eval(&sq, false);
-    Some(stein_direction(&eval, x, s, y, None))
+    let y = x.clone().slice([rows.clone()]);
+    let (kernel, sq) = if n <= DENSE_MAX_POINTS {
+        let all = pairwise_sq_dists(x.clone(), x.clone());
+        let kernel = kernel.resolved(n, &mut || median_on_host(&all).unwrap_or(0.0))?;
+        (kernel, all.slice([0..n, rows]))
+    } else {
+        let kernel = kernel.resolved(n, &mut || pair_median_sq(&x))?;
+        (kernel, pairwise_sq_dists(x.clone(), y.clone()))
+    };
+    match kernel.eval_proportional(&sq) {
+        // f' = c f: phi = (1/n) [K^T (S + 2c X) - 2c Y colsum(K)], one [rows, n] x [n, d] product.
+        Some((k, c)) => {
+            let two_c = c.mul_scalar(2.0);
+            let colsum = k.clone().sum_dim(0).transpose(); // [rows, 1]
+            let drift = k.transpose().matmul(s + x * two_c.clone());
+            Some((drift - y * (colsum * two_c)).div_scalar(n as f64))
+        }
+        None => {
+            let eval = kernel.eval(&sq, false);
+            Some(stein_direction(&eval, x, s, y, None))
+        }
+    }
+}
+
+/// [`svgd_direction_rows`] for a sharded step of `method`, or the error naming the method when
+/// its kernel cannot be evaluated in row blocks.
+pub fn svgd_rows_of(
+    method: &str,
+    kernel: &dyn Kernel,
+    x: Tensor<2>,
+    s: Tensor<2>,
+    rows: std::ops::Range<usize>,
+) -> Result<Tensor<2>, InferError> {
+    svgd_direction_rows(kernel, x, s, rows).ok_or_else(|| rows_refused(method, kernel))
+}
+
+/// `Ok` when `kernel` can be evaluated in row blocks ([`svgd_direction_rows`]); else the error
+/// naming `method`.
+pub fn require_row_blocks(method: &str, kernel: &dyn Kernel) -> Result<(), InferError> {
+    kernel.resolved(2, &mut || 1.0).map(|_| ()).ok_or_else(|| rows_refused(method, kernel))
+}
+
+fn rows_refused(method: &str, kernel: &dyn Kernel) -> InferError {
+    not_shardable(method, &format!("its kernel {} cannot be evaluated in row blocks", kernel.describe()))
 }
 
 /// The SVGD direction from the whole `n x n` kernel matrix.

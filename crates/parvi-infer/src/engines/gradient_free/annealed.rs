@@ -25,7 +25,7 @@ use super::surrogate::{AuxDensity, AuxKind, HanLiuKernel, gf_direction, self_nor
 use crate::core::{Direction, DirectionEngine};
 use crate::engines::EngineConfig;
 use crate::error::require_positive;
-use crate::kernels::svgd_direction;
+use crate::kernels::{require_row_blocks, svgd_direction, svgd_rows_of};
 use crate::{AdapterConfig, Engine, KernelConfig};
 use crate::{InferError, Kernel, Particles, StepAdapter, StepContext};
 
@@ -240,6 +240,18 @@ impl AnnealedSvgd {
     }
 }
 
+impl AnnealedSvgd {
+    /// The score of the annealed density `p0^(1 - a) p^a` at `x` (Algorithm 2's path).
+    fn annealed_score(&self, ctx: &StepContext<'_>, x: Tensor<2>) -> Result<Tensor<2>, InferError> {
+        let a = self.schedule.temperature(ctx.step);
+        let target = score(ctx.model, x.clone(), ctx.batch)?.grad.mul_scalar(a);
+        Ok(match self.p0.log_and_score("p0", x)? {
+            Some(s0) => s0.grad.mul_scalar(1.0 - a) + target,
+            None => target,
+        })
+    }
+}
+
 impl Direction for AnnealedSvgd {
     fn name(&self) -> &'static str {
         "a-svgd"
@@ -251,13 +263,26 @@ impl Direction for AnnealedSvgd {
     }
 
     fn ascent(&mut self, ctx: &mut StepContext<'_>, x: Tensor<2>) -> Result<Tensor<2>, InferError> {
-        let a = self.schedule.temperature(ctx.step);
-        let target = score(ctx.model, x.clone(), ctx.batch)?.grad.mul_scalar(a);
-        let s = match self.p0.log_and_score("p0", x.clone())? {
-            Some(s0) => s0.grad.mul_scalar(1.0 - a) + target,
-            None => target,
-        };
+        let s = self.annealed_score(ctx, x.clone())?;
         Ok(svgd_direction(self.kernel.as_ref(), x, s))
+    }
+
+    fn can_shard(&self) -> Result<(), InferError> {
+        require_row_blocks("a-svgd", self.kernel.as_ref())
+    }
+
+    fn shard_scores(&mut self, ctx: &mut StepContext<'_>, x_rows: Tensor<2>) -> Result<Tensor<2>, InferError> {
+        self.annealed_score(ctx, x_rows)
+    }
+
+    fn ascent_rows(
+        &mut self,
+        _ctx: &mut StepContext<'_>,
+        x: Tensor<2>,
+        scores: Tensor<2>,
+        rows: std::ops::Range<usize>,
+    ) -> Result<Tensor<2>, InferError> {
+        svgd_rows_of("a-svgd", self.kernel.as_ref(), x, scores, rows)
     }
 
     fn report(&self) -> serde_json::Value {
