@@ -116,9 +116,9 @@ impl Correlated {
             }
             for r in 0..4 {
                 if r != c {
-                    let f = a[r][c];
-                    for k in 0..8 {
-                        a[r][k] -= f * a[c][k];
+                    let (f, pivot) = (a[r][c], a[c].clone());
+                    for (v, p) in a[r].iter_mut().zip(&pivot) {
+                        *v -= f * p;
                     }
                 }
             }
@@ -133,8 +133,9 @@ impl Correlated {
         let mut out = Vec::with_capacity(4 * n);
         for _ in 0..n {
             let z: Vec<f64> = (0..4).map(|_| rng.normal()).collect();
-            for i in 0..4 {
-                out.push(self.mean[i] + (0..=i).map(|k| l[i][k] * z[k]).sum::<f64>());
+            // l is lower triangular: row i sums its first i + 1 terms.
+            for (m, row) in self.mean.iter().zip(&l) {
+                out.push(m + row.iter().zip(&z).map(|(a, b)| a * b).sum::<f64>());
             }
         }
         out

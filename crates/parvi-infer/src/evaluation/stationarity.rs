@@ -139,7 +139,7 @@ pub struct Stationarity {
 impl Stationarity {
     /// Whether the particles moved further than the threshold allows (and the check could judge).
     pub fn rejected(&self) -> bool {
-        !self.inconclusive && !(self.max_z_mean.max(self.max_z_log_sd) <= self.threshold)
+        !self.inconclusive && (self.max_z().is_nan() || self.max_z() > self.threshold)
     }
 
     /// The larger of the two largest `|z|`.
@@ -198,7 +198,7 @@ pub fn stationarity_check(
         max_z_log_sd: max_abs(&shift.z_log_sd),
         score_evals: chains.score_evals,
         seconds: started.elapsed().as_secs_f64(),
-        inconclusive: !(chains.acceptance >= MIN_ACCEPTANCE),
+        inconclusive: chains.acceptance.is_nan() || chains.acceptance < MIN_ACCEPTANCE,
     })
 }
 
@@ -452,7 +452,7 @@ pub fn normal_quantile(p: f64) -> f64 {
         -3.969683028665376e+01,
         2.209460984245205e+02,
         -2.759285104469687e+02,
-        1.383577518672690e+02,
+        1.383_577_518_672_69e2,
         -3.066479806614716e+01,
         2.506628277459239e+00,
     ];
