@@ -150,6 +150,32 @@ impl Diagnostics {
         d
     }
 
+    /// Runs the stationarity check on a non-MCMC engine's final `particles` under `model` (in the
+    /// coordinates they live in, which name the flagged coordinate), records it and adds its
+    /// warning: for runs made without [`fit`], after [`Diagnostics::from_report`]. A model without
+    /// a gradient is skipped; a check that fails otherwise becomes a warning.
+    pub fn add_stationarity(
+        &mut self,
+        method: &str,
+        model: &dyn LogDensity,
+        particles: &Particles,
+        config: &StationarityConfig,
+    ) -> Result<(), InferError> {
+        config.validate()?;
+        if particles.len() < crate::evaluation::MIN_PARTICLES {
+            return Ok(());
+        }
+        match stationarity_check(model, particles, config, None) {
+            Ok(s) => {
+                self.warnings.extend(stationarity_warning(method, &s, ""));
+                self.stationarity = Some(s);
+            }
+            Err(InferError::Model(parvi_model::ModelError::NoGradient)) => {}
+            Err(e) => self.warnings.push(format!("the stationarity check failed: {e}")),
+        }
+        Ok(())
+    }
+
     /// The report's diagnostics, not yet judged.
     fn read(report: &serde_json::Value) -> Self {
         let number = |key: &str| report.get(key).and_then(serde_json::Value::as_f64);
@@ -194,25 +220,12 @@ impl Diagnostics {
                 "{method} has not converged: the particles' moments moved {m:.3} over the last tenth of the run (> {MAX_DRIFT}; run longer)"
             ));
         }
-        if let Some(s) = &self.stationarity {
-            if s.inconclusive {
-                self.warnings.push(format!(
-                    "the stationarity check could not judge {method}'s particles: MALA accepted {:.1}% of its proposals at the smallest step it may take (< {:.0}%)",
-                    100.0 * s.acceptance,
-                    100.0 * crate::evaluation::MIN_ACCEPTANCE
-                ));
-            } else if s.rejected() {
-                self.warnings.push(format!(
-                    "{method} did not end at the target: {} MALA steps from its particles moved coordinate {} (of the model's unconstrained parameters) by {:+.2} sd in mean and x{:.2} in sd (|z| {:.1} > {:.2}, the {}% level): the particles sit at a biased fixed point",
-                    s.steps,
-                    s.coordinate,
-                    s.mean_shift_sd,
-                    s.sd_ratio,
-                    s.max_z(),
-                    s.threshold,
-                    100.0 * s.level
-                ));
-            }
+        if let Some(w) = self
+            .stationarity
+            .as_ref()
+            .and_then(|s| stationarity_warning(method, s, " (of the model's unconstrained parameters)"))
+        {
+            self.warnings.push(w);
         }
         if let (Some(a), Some(b)) = (self.ksd_start, self.ksd_end)
             && (b.is_nan() || b > 2.0 * a)
@@ -221,6 +234,31 @@ impl Diagnostics {
                 "{method} moved away from the target: the kernel Stein discrepancy rose from {a:.3e} to {b:.3e}"
             ));
         }
+    }
+}
+
+/// The warning a stationarity check raises, if any: the particles moved past the threshold, or
+/// the check could not judge. `coordinates` says what the coordinate index counts.
+fn stationarity_warning(method: &str, s: &Stationarity, coordinates: &str) -> Option<String> {
+    if s.inconclusive {
+        Some(format!(
+            "the stationarity check could not judge {method}'s particles: MALA accepted {:.1}% of its proposals at the smallest step it may take (< {:.0}%)",
+            100.0 * s.acceptance,
+            100.0 * crate::evaluation::MIN_ACCEPTANCE
+        ))
+    } else if s.rejected() {
+        Some(format!(
+            "{method} did not end at the target: {} MALA steps from its particles moved coordinate {}{coordinates} by {:+.2} sd in mean and x{:.2} in sd (|z| {:.1} > {:.2}, the {}% level): the particles sit at a biased fixed point",
+            s.steps,
+            s.coordinate,
+            s.mean_shift_sd,
+            s.sd_ratio,
+            s.max_z(),
+            s.threshold,
+            100.0 * s.level
+        ))
+    } else {
+        None
     }
 }
 

@@ -57,7 +57,9 @@ fn ksd_matches_hand_computation() {
 // ---- The stationarity check ----
 
 use parvi_infer::evaluation::{StationarityConfig, mala_chains, stationarity_check};
-use parvi_infer::{AdapterConfig, EngineRng, EngineSpec, FitConfig, KernelConfig, MethodConfig, Particles, fit};
+use parvi_infer::{
+    AdapterConfig, Diagnostics, EngineRng, EngineSpec, FitConfig, KernelConfig, MethodConfig, Particles, fit,
+};
 use parvi_model::tensor_ops::to_vec_f64;
 use parvi_model::{LogDensity, Minibatch};
 
@@ -217,6 +219,13 @@ fn stationarity_check_names_a_shifted_or_shrunk_coordinate() {
         let s = stationarity_check(&target, &particles(shifted, 100), &Default::default(), None).unwrap();
         assert!(s.rejected() && s.coordinate == j, "shift of {j}: {s:?}");
         assert!(s.mean_shift_sd < -0.6 && s.max_z_mean > 4.5, "shift of {j}: {s:?}");
+        // The same through the diagnostics of a run made without `fit`: a warning naming it.
+        let mut d = Diagnostics::default();
+        let shifted =
+            particles(draws.iter().enumerate().map(|(i, v)| if i % 4 == j { v + sd } else { *v }).collect(), 100);
+        d.add_stationarity("svgd", &target, &shifted, &Default::default()).unwrap();
+        let w = d.warnings.join("; ");
+        assert!(w.contains("svgd did not end at the target") && w.contains(&format!("coordinate {j} ")), "{w}");
 
         let mean = target.mean[j];
         let shrunk: Vec<f64> =
