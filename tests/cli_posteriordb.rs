@@ -26,6 +26,11 @@ fn bad_input_is_named() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("svgdd") && err.contains("mk-svgd"), "{err}");
+
+    let out = parvi(&["bench", "posteriordb", "--data-dir", d, "--posterior", "kidiq", "--check-level", "2"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--check-level"), "{err}");
 }
 
 #[test]
@@ -51,6 +56,25 @@ fn a_row_carries_the_comparison_and_the_diagnostics() {
     }
     assert!(row["score_evals"].as_u64().unwrap() > 300 * 100, "{row}");
     assert!(row["diagnostics"]["warnings"].is_array(), "{row}");
+    assert!(row["diagnostics"]["stationarity"]["score_evals"].as_u64() == Some(201 * 100), "{row}");
     // kidiq is a well-conditioned regression: SVGD's means within 0.3 reference sd.
     assert!(row["max_mean_error_sd"].as_f64().unwrap() < 0.3, "{row}");
+}
+
+#[test]
+fn the_stationarity_warning_is_printed() {
+    // SVGD's biased fixed point on eight_schools (tau 1.6 reference sds off): the bench prints the
+    // check's warning under the row and names log tau (unconstrained coordinate 9).
+    let Some(suite) = std::env::var_os("PARVI_POSTERIORDB_DIR") else {
+        eprintln!("skipped: set PARVI_POSTERIORDB_DIR to run it");
+        return;
+    };
+    let out = Command::new(env!("CARGO_BIN_EXE_parvi"))
+        .args(["bench", "posteriordb", "--posterior", "eight_schools", "--method", "svgd", "--data-dir"])
+        .arg(&suite)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("warning: svgd did not end at the target") && stdout.contains("coordinate 9"), "{stdout}");
 }

@@ -44,6 +44,13 @@ pub struct PosteriorDbArgs {
     /// Step size of the shared AdaGrad rule.
     #[arg(long, default_value_t = 0.05)]
     pub lr: f64,
+    /// MALA steps per particle of the stationarity check on a particle engine's final set (0 turns
+    /// it off).
+    #[arg(long, default_value_t = 200)]
+    pub check_steps: usize,
+    /// Overall false-alarm rate of the stationarity check, in (0, 1).
+    #[arg(long, default_value_t = 0.01)]
+    pub check_level: f64,
     /// A method option (applies to every method run; repeatable).
     #[arg(long)]
     pub opt: Vec<String>,
@@ -112,6 +119,15 @@ pub fn run(args: PosteriorDbArgs) -> Result<()> {
     } else {
         args.method.split(',').map(|m| m.trim().to_string()).collect()
     };
+    if !(args.check_level > 0.0 && args.check_level < 1.0) {
+        bail!("invalid setting `--check-level`: must be in (0, 1), got {}", args.check_level);
+    }
+    if args.check_steps > 0 && args.check_steps < 4 {
+        bail!(
+            "invalid setting `--check-steps`: the check needs at least 4 MALA steps (0 turns it off), got {}",
+            args.check_steps
+        );
+    }
     let options = parse_options(&args.opt)?;
     for m in methods.iter().filter(|m| *m != "nuts") {
         method_config(m, &options)?;
@@ -201,6 +217,8 @@ fn run_one(
             steps: args.steps,
             seed: args.seed,
             precondition,
+            check_steps: args.check_steps,
+            check_level: args.check_level,
             ..Default::default()
         };
         let result = fit(model, &spec, &config, &mut [], device)?;

@@ -10,7 +10,7 @@ use burn::tensor::{Device, Tensor};
 use parvi_model::{LogDensity, Minibatch};
 use serde::{Deserialize, Serialize};
 
-use crate::evaluation::{Statistic, ksd_squared};
+use crate::evaluation::{Stationarity, StationarityConfig, Statistic, ksd_squared, stationarity_check};
 use crate::{
     Callback, CheckpointPolicy, EngineRng, EngineSpec, InferError, Laplace, LaplaceConfig, Particles, Rbf, RunConfig,
     RunError, Runner, Whitened,
@@ -48,6 +48,14 @@ pub struct FitConfig {
     pub batch_size: Option<usize>,
     /// Show a progress bar.
     pub progress: bool,
+    /// MALA steps per particle of the stationarity check
+    /// ([`crate::evaluation::stationarity_check`]) on a non-MCMC engine's final particles (a
+    /// quarter adapts the step size; 0 turns the check off). Costs this many model evaluations
+    /// with gradient per particle, about a tenth of a default run.
+    pub check_steps: usize,
+    /// Overall false-alarm rate of the stationarity check for a set of exact draws (Bonferroni
+    /// over the coordinates' means and sds), in `(0, 1)`.
+    pub check_level: f64,
     /// Checkpoint every this many steps to this file (the engine's coordinates).
     #[serde(skip)]
     pub checkpoint: Option<CheckpointPolicy>,
@@ -64,6 +72,8 @@ impl Default for FitConfig {
             init_std: 1.0,
             batch_size: None,
             progress: false,
+            check_steps: 200,
+            check_level: 0.01,
             checkpoint: None,
         }
     }
@@ -116,6 +126,10 @@ pub struct Diagnostics {
     pub min_ess: Option<f64>,
     /// The Laplace search's Newton decrement at the mode.
     pub newton_decrement: Option<f64>,
+    /// The stationarity check of a non-MCMC engine's final particles (MALA chains started at
+    /// them, their moments compared before and after, in the model's unconstrained coordinates);
+    /// `None` for MCMC engines, targets without a gradient, or with `check_steps = 0`.
+    pub stationarity: Option<Stationarity>,
     /// Human-readable warnings; empty when every diagnostic passed.
     pub warnings: Vec<String>,
 }
@@ -134,6 +148,32 @@ impl Diagnostics {
         let mut d = Self::read(report);
         d.judge(method, None);
         d
+    }
+
+    /// Runs the stationarity check on a non-MCMC engine's final `particles` under `model` (in the
+    /// coordinates they live in, which name the flagged coordinate), records it and adds its
+    /// warning: for runs made without [`fit`], after [`Diagnostics::from_report`]. A model without
+    /// a gradient is skipped; a check that fails otherwise becomes a warning.
+    pub fn add_stationarity(
+        &mut self,
+        method: &str,
+        model: &dyn LogDensity,
+        particles: &Particles,
+        config: &StationarityConfig,
+    ) -> Result<(), InferError> {
+        config.validate()?;
+        if particles.len() < crate::evaluation::MIN_PARTICLES {
+            return Ok(());
+        }
+        match stationarity_check(model, particles, config, None) {
+            Ok(s) => {
+                self.warnings.extend(stationarity_warning(method, &s, ""));
+                self.stationarity = Some(s);
+            }
+            Err(InferError::Model(parvi_model::ModelError::NoGradient)) => {}
+            Err(e) => self.warnings.push(format!("the stationarity check failed: {e}")),
+        }
+        Ok(())
     }
 
     /// The report's diagnostics, not yet judged.
@@ -180,6 +220,13 @@ impl Diagnostics {
                 "{method} has not converged: the particles' moments moved {m:.3} over the last tenth of the run (> {MAX_DRIFT}; run longer)"
             ));
         }
+        if let Some(w) = self
+            .stationarity
+            .as_ref()
+            .and_then(|s| stationarity_warning(method, s, " (of the model's unconstrained parameters)"))
+        {
+            self.warnings.push(w);
+        }
         if let (Some(a), Some(b)) = (self.ksd_start, self.ksd_end)
             && (b.is_nan() || b > 2.0 * a)
         {
@@ -187,6 +234,31 @@ impl Diagnostics {
                 "{method} moved away from the target: the kernel Stein discrepancy rose from {a:.3e} to {b:.3e}"
             ));
         }
+    }
+}
+
+/// The warning a stationarity check raises, if any: the particles moved past the threshold, or
+/// the check could not judge. `coordinates` says what the coordinate index counts.
+fn stationarity_warning(method: &str, s: &Stationarity, coordinates: &str) -> Option<String> {
+    if s.inconclusive {
+        Some(format!(
+            "the stationarity check could not judge {method}'s particles: MALA accepted {:.1}% of its proposals at the smallest step it may take (< {:.0}%)",
+            100.0 * s.acceptance,
+            100.0 * crate::evaluation::MIN_ACCEPTANCE
+        ))
+    } else if s.rejected() {
+        Some(format!(
+            "{method} did not end at the target: {} MALA steps from its particles moved coordinate {}{coordinates} by {:+.2} sd in mean and x{:.2} in sd (|z| {:.1} > {:.2}, the {}% level): the particles sit at a biased fixed point",
+            s.steps,
+            s.coordinate,
+            s.mean_shift_sd,
+            s.sd_ratio,
+            s.max_z(),
+            s.threshold,
+            100.0 * s.level
+        ))
+    } else {
+        None
     }
 }
 
@@ -200,6 +272,10 @@ pub fn fit(
 ) -> Result<FitResult, RunError> {
     if config.particles == 0 {
         return Err(InferError::setting("particles", "need at least one particle, got 0").into());
+    }
+    let check = StationarityConfig { steps: config.check_steps, level: config.check_level, seed: config.seed };
+    if config.check_steps > 0 {
+        check.validate()?;
     }
     let counted = Counted { model, evals: Cell::new(0) };
     let mut rng = EngineRng::new(config.seed ^ 0x1A9_1ACE);
@@ -256,6 +332,20 @@ pub fn fit(
         drift: if is_mcmc { None } else { snapshot.taken.as_ref().and_then(|s| drift(s, &outcome.particles)) },
         ..Diagnostics::read(&report)
     };
+    if !is_mcmc && config.check_steps > 0 && outcome.particles.len() >= crate::evaluation::MIN_PARTICLES {
+        // Compared in the model's unconstrained coordinates, so a flagged coordinate is one of
+        // the model's own parameters (MALA itself runs where the engine ran).
+        let to_model = |t: Tensor<2>| match &whitened {
+            Some(w) => w.to_original(t),
+            None => t,
+        };
+        match stationarity_check(target, &outcome.particles, &check, Some(&to_model)) {
+            Ok(s) => diagnostics.stationarity = Some(s),
+            // A target without a gradient cannot run MALA: no check, no warning.
+            Err(InferError::Model(parvi_model::ModelError::NoGradient)) => {}
+            Err(e) => diagnostics.warnings.push(format!("the stationarity check failed: {e}")),
+        }
+    }
     diagnostics.warnings.extend(laplace_failure);
     diagnostics.judge(engine.name(), laplace.as_ref());
     let particles = back(&outcome.particles);

@@ -8,7 +8,7 @@
 //! - [`engines`]: the methods, by family, each a small module on the core and the kernels.
 //! - [`registry`]: every engine's config by method name ([`MethodConfig`]), as a user writes it
 //!   in Rust or TOML, built into a boxed [`Engine`].
-//! - [`evaluation`]: KSD, MMD, ESS, R-hat and traces.
+//! - [`evaluation`]: KSD, MMD, ESS, R-hat, traces and the stationarity check.
 //! - [`mod@fit`]: the default path from a model to a posterior for any engine (Laplace
 //!   preconditioning, initialisation, the run, the draws back in the model's coordinates).
 

@@ -1,10 +1,16 @@
 //! Evaluation of a particle set or a trace: kernel Stein discrepancy and MMD, effective sample
-//! size and split R-hat, and the traces they are computed from.
+//! size and split R-hat, the traces they are computed from, and the stationarity check (do MALA
+//! chains started at the particles leave their moments where they are?).
 
 mod diagnostics;
 mod metrics;
+mod stationarity;
 mod trace;
 
 pub use diagnostics::{TraceDiagnostics, TraceView, ess, split_rhat};
 pub use metrics::{Statistic, ksd_squared, mmd_squared, weighted_mmd_squared};
+pub use stationarity::{
+    MIN_ACCEPTANCE, MIN_PARTICLES, MalaChains, MomentShift, Stationarity, StationarityConfig, TARGET_ACCEPTANCE,
+    bonferroni_threshold, mala_chains, normal_quantile, stationarity_check,
+};
 pub use trace::{Trace, TraceConfig};
