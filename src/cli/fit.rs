@@ -6,7 +6,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use parvi_infer::CheckpointPolicy;
 use parvi_infer::{
-    EngineRng, KernelConfig, MethodConfig, Particles, RunConfig, RunError, RunLabel, Runner, core::Checkpoint,
+    FitConfig, FitResult, KernelConfig, MethodConfig, Particles, Precondition, RunError, RunLabel, core::Checkpoint,
 };
 use parvi_model::BackendKind;
 use parvi_models::{BUILTIN_TARGETS, builtin_target};
@@ -55,7 +55,13 @@ pub struct FitArgs {
     /// Fixed RBF bandwidth h in exp(-r^2 / (2 h^2)) [default: median heuristic].
     #[arg(long, allow_negative_numbers = true)]
     pub bandwidth: Option<f64>,
-    /// Standard deviation of the initial particles around 0 [default: 1].
+    /// Coordinates the engine works in: laplace (whitened by the Laplace approximation at the
+    /// mode, the particles started from it) or none (the model's own, particles from
+    /// N(0, init-std^2)) [default: laplace].
+    #[arg(long)]
+    pub precondition: Option<String>,
+    /// Standard deviation of the initial particles, around 0 in the engine's coordinates
+    /// (whitened: 1 is the Laplace approximation's spread) [default: 1].
     #[arg(long, allow_negative_numbers = true)]
     pub init_std: Option<f64>,
     /// Write OUT/checkpoint.json every K steps.
@@ -114,6 +120,7 @@ impl FitArgs {
             kernel: self.kernel.or(file.kernel),
             bandwidth: self.bandwidth.or(file.bandwidth),
             init_std: self.init_std.or(file.init_std),
+            precondition: self.precondition.or(file.precondition),
             checkpoint_every: self.checkpoint_every.or(file.checkpoint_every),
             resume: self.resume.or(file.resume),
             opt: self.opt,
@@ -143,6 +150,10 @@ pub struct FitSummary {
     pub true_mean: Vec<f64>,
     pub true_cov: Vec<f64>,
     pub engine: serde_json::Value,
+    /// A particle engine's stationarity check (MALA chains from the final particles); absent
+    /// for MCMC engines and targets without a gradient.
+    #[serde(default)]
+    pub stationarity: Option<parvi_infer::evaluation::Stationarity>,
     /// Convergence warnings (empty when the diagnostics passed).
     pub warnings: Vec<String>,
     /// Processes that shared the particles (1 without `--distributed`).
@@ -193,43 +204,50 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
     let mut options = args.options.clone().unwrap_or_default();
     options.extend(parse_options(&args.opt)?);
     let spec = engine_spec(&method, &options, kernel, adapter)?;
-    let mut engine = spec.build()?;
+    // Built here too, so that bad options are refused before any output directory is made.
+    spec.build()?;
     if args.checkpoint_every == Some(0) {
         bail!("invalid setting `--checkpoint-every`: must be >= 1, got 0");
     }
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create output directory {}", out.display()))?;
 
-    let config = RunConfig {
+    let precondition = match args.precondition.as_deref().unwrap_or("laplace") {
+        "laplace" => Precondition::Laplace,
+        "none" => Precondition::None,
+        other => bail!("invalid setting `--precondition`: `{other}` (expected laplace or none)"),
+    };
+    if args.resume.is_none() {
+        // Refused by name rather than ending in an allocation abort: the particles, their
+        // scores, the step-size history and the update are each an n x dim matrix.
+        let dim = target.density.dim();
+        parvi_infer::kernels::require_matrices_fit("particles", n, "the particles and their updates", n, dim, 4)?;
+    }
+    let config = FitConfig {
+        particles: n,
+        steps,
+        seed,
+        precondition,
+        init_std,
         progress: !args.quiet && lead,
         collective: collective.clone(),
         checkpoint: args.checkpoint_every.map(|every| CheckpointPolicy { path: out.join("checkpoint.json"), every }),
-        // What the checkpoint belongs to: a resume with another model, method, option or
-        // particle count is refused by name.
+        resume: args.resume.as_deref().map(Checkpoint::load).transpose()?,
+        // What the checkpoint belongs to: a resume with another model, preconditioner, method,
+        // option or particle count is refused by name (the checkpoint holds the engine's
+        // coordinates, which the preconditioner sets).
         label: RunLabel {
-            model: model_name.clone(),
+            model: match precondition {
+                Precondition::Laplace => format!("{model_name} (whitened by its Laplace approximation)"),
+                Precondition::None => model_name.clone(),
+            },
             data: None,
             engine_options: serde_json::to_value(&spec)?,
             particles: Some(n),
         },
-        ..RunConfig::new(steps, seed)
+        ..FitConfig::default()
     };
-    let runner = match &args.resume {
-        Some(path) => {
-            let checkpoint = Checkpoint::load(path)?;
-            Runner::resume(engine.as_mut(), target.density.as_ref(), config, &checkpoint, &device)?
-        }
-        None => {
-            // Refused by name rather than ending in an allocation abort: the particles, their
-            // scores, the step-size history and the update are each an n x dim matrix.
-            let dim = target.density.dim();
-            parvi_infer::kernels::require_matrices_fit("particles", n, "the particles and their updates", n, dim, 4)?;
-            let mut rng = EngineRng::new(seed ^ 0x1417);
-            let particles = Particles::gaussian(n, target.density.dim(), 0.0, init_std, &mut rng, &device)?;
-            Runner::new(engine.as_mut(), target.density.as_ref(), particles, config)?
-        }
-    };
-    let outcome = match runner.run(&mut []) {
-        Ok(outcome) => outcome,
+    let result = match parvi_infer::fit(target.density.as_ref(), &spec, &config, &mut [], &device) {
+        Ok(result) => result,
         Err(RunError::Diverged { step, cause, last_finite }) => {
             if lead {
                 write_particles(&out.join("particles.csv"), &last_finite)?;
@@ -241,14 +259,12 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
         }
         Err(e) => return Err(e.into()),
     };
-    // What stands for the posterior: an MCMC engine's collected draws, else the particles.
-    let draws = engine.draws();
-    let particles = draws.as_ref().unwrap_or(&outcome.particles);
-    let report = engine.report();
-    let diagnostics = parvi_infer::Diagnostics::from_report(&method, &report);
     if !lead {
         return Ok(());
     }
+    // What stands for the posterior: an MCMC engine's collected draws, else the particles.
+    let particles = &result.draws;
+    let (diagnostics, report) = (result.diagnostics.clone(), result.report.clone());
     for w in &diagnostics.warnings {
         eprintln!("warning: {w}");
     }
@@ -257,19 +273,20 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
         model: target.name.into(),
         backend: backend.name().into(),
         particles: particles.len(),
-        steps: outcome.steps,
+        steps: result.steps,
         seed,
         lr,
-        seconds: outcome.seconds,
-        ms_per_step: outcome.ms_per_step(),
+        seconds: result.seconds,
+        ms_per_step: ms_per_step(&result),
         posterior_mean: particles.mean(),
         posterior_cov: particles.covariance(),
         true_mean: target.mean.clone(),
         true_cov: target.cov.clone(),
         engine: report,
+        stationarity: diagnostics.stationarity,
         warnings: diagnostics.warnings,
         ranks: Some(collective.as_ref().map_or(1, |c| c.size())),
-        communication_ms_per_step: communication_ms_per_step(&collective, outcome.steps_run),
+        communication_ms_per_step: communication_ms_per_step(&collective, result.steps_run),
     };
     write_atomic(&out.join("summary.json"), &serde_json::to_vec_pretty(&summary)?)?;
     write_particles(&out.join("particles.csv"), particles)?;
@@ -299,12 +316,17 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
         backend,
         ranks,
         particles.len(),
-        outcome.steps,
-        outcome.ms_per_step(),
+        result.steps,
+        ms_per_step(&result),
         summary.posterior_mean.iter().map(|v| format!("{v:.4}")).collect::<Vec<_>>(),
         out.display()
     );
     Ok(())
+}
+
+/// Wall milliseconds per step of this call's run (the Laplace search excluded).
+fn ms_per_step(result: &FitResult) -> f64 {
+    if result.steps_run == 0 { 0.0 } else { 1e3 * result.seconds / result.steps_run as f64 }
 }
 
 /// The `bandwidths` and `weights` of an engine report that has both, of equal length.

@@ -4,16 +4,18 @@
 //! coordinates, with the counts a comparison needs.
 
 use std::cell::Cell;
+use std::sync::Arc;
 use std::time::Instant;
 
 use burn::tensor::{Device, Tensor};
 use parvi_model::{LogDensity, Minibatch};
 use serde::{Deserialize, Serialize};
 
+use crate::core::{Checkpoint, Collective};
 use crate::evaluation::{Stationarity, StationarityConfig, Statistic, ksd_squared, stationarity_check};
 use crate::{
     Callback, CheckpointPolicy, EngineRng, EngineSpec, InferError, Laplace, LaplaceConfig, Particles, Rbf, RunConfig,
-    RunError, Runner, Whitened,
+    RunError, RunLabel, Runner, Whitened,
 };
 
 /// In which coordinates the engine works and where its particles start.
@@ -59,6 +61,17 @@ pub struct FitConfig {
     /// Checkpoint every this many steps to this file (the engine's coordinates).
     #[serde(skip)]
     pub checkpoint: Option<CheckpointPolicy>,
+    /// What the run belongs to beyond what the loop sees (the model's name, its data, the
+    /// engine's options): written into every checkpoint and compared on resume.
+    #[serde(skip)]
+    pub label: RunLabel,
+    /// Continue from this checkpoint of an earlier run with the same settings (the mode search
+    /// is repeated: it is deterministic, so the engine resumes in the same coordinates).
+    #[serde(skip)]
+    pub resume: Option<Checkpoint>,
+    /// The processes that share the particles ([`crate::core::shard`]); `None`: this one alone.
+    #[serde(skip)]
+    pub collective: Option<Arc<dyn Collective>>,
 }
 
 impl Default for FitConfig {
@@ -75,6 +88,9 @@ impl Default for FitConfig {
             check_steps: 200,
             check_level: 0.01,
             checkpoint: None,
+            label: RunLabel::default(),
+            resume: None,
+            collective: None,
         }
     }
 }
@@ -88,7 +104,9 @@ pub struct FitResult {
     pub draws: Particles,
     /// The Laplace approximation the engine ran in, with [`Precondition::Laplace`].
     pub laplace: Option<Laplace>,
-    /// Steps run (the Laplace search excluded).
+    /// Steps run by this call (fewer than `steps` after a resume).
+    pub steps_run: usize,
+    /// Steps of the run in all (the Laplace search excluded).
     pub steps: usize,
     /// Wall seconds of the engine's run.
     pub seconds: f64,
@@ -196,6 +214,13 @@ impl Diagnostics {
                         .into(),
                 );
             }
+            if !l.other_modes.is_empty() {
+                self.warnings.push(format!(
+                    "the posterior has at least {} separate modes (the mode search's starts ended at stationary points more than {} Laplace sds apart): the particles started spread over them, but {method} may not weight them right (compare runs with other seeds)",
+                    l.other_modes.len() + 1,
+                    crate::core::SEPARATE_MODE
+                ));
+            }
             if l.newton_decrement.is_nan() || l.newton_decrement >= 1e-3 {
                 self.warnings.push(format!(
                     "the mode search did not converge (Newton decrement {:.2e}): the preconditioner may be poor",
@@ -299,14 +324,29 @@ pub fn fit(
         Some(w) => w,
         None => &counted,
     };
-    let start = Particles::gaussian(config.particles, model.dim(), 0.0, config.init_std, &mut rng, device)?;
-    let ksd_start = stein_discrepancy(target, &start.positions);
+    let mut start = Particles::gaussian(config.particles, model.dim(), 0.0, config.init_std, &mut rng, device)?;
+    // Several modes: the particles start spread over all of them in turn (the best mode, then
+    // each other one), each share around its mode as they would be around the one.
+    if let Some(l) = laplace.as_ref().filter(|l| !l.other_modes.is_empty()) {
+        let centres: Vec<Vec<f64>> = std::iter::once(vec![0.0; model.dim()]).chain(l.other_modes.clone()).collect();
+        let offsets: Vec<f32> =
+            (0..config.particles).flat_map(|i| centres[i % centres.len()].iter().map(|&v| v as f32)).collect();
+        start.positions =
+            start.positions + parvi_model::tensor_ops::matrix_from_vec(offsets, config.particles, model.dim(), device);
+    }
+    let ksd_start = if config.resume.is_none() { stein_discrepancy(target, &start.positions) } else { None };
     let mut engine = spec.build()?;
     let run = RunConfig {
         batch_size: config.batch_size,
         progress: config.progress,
         checkpoint: config.checkpoint.clone(),
+        label: config.label.clone(),
+        collective: config.collective.clone(),
         ..RunConfig::new(config.steps, config.seed)
+    };
+    let back = |p: &Particles| match &whitened {
+        Some(w) => w.particles_to_original(p),
+        None => p.clone(),
     };
     // The last tenth of the run, and at least its last 20 steps.
     let mut snapshot =
@@ -317,11 +357,17 @@ pub fn fit(
             all.push(&mut **c);
         }
         all.push(&mut snapshot);
-        Runner::new(engine.as_mut(), target, start, run)?.run(&mut all)?
-    };
-    let back = |p: &Particles| match &whitened {
-        Some(w) => w.particles_to_original(p),
-        None => p.clone(),
+        let runner = match &config.resume {
+            Some(checkpoint) => Runner::resume(engine.as_mut(), target, run, checkpoint, device)?,
+            None => Runner::new(engine.as_mut(), target, start, run)?,
+        };
+        // The last finite particles of a divergence, too, in the model's coordinates.
+        runner.run(&mut all).map_err(|e| match e {
+            RunError::Diverged { step, cause, last_finite } => {
+                RunError::Diverged { step, cause, last_finite: Box::new(back(&last_finite)) }
+            }
+            other => other,
+        })?
     };
     let report = engine.report();
     let engine_draws = engine.draws();
@@ -354,6 +400,7 @@ pub fn fit(
         particles,
         draws,
         laplace,
+        steps_run: outcome.steps_run,
         steps: outcome.steps,
         seconds: outcome.seconds,
         laplace_seconds,

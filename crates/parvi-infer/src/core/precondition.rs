@@ -62,6 +62,48 @@ pub struct Laplace {
     pub full_rank: bool,
     /// Score evaluations (one per particle) the search took.
     pub score_evals: usize,
+    /// Other modes the search's starts ended at, in the whitened coordinates of this
+    /// approximation (`z = L^-1 (x - m)`): end points further than [`SEPARATE_MODE`] from the
+    /// mode and from each other, where the whitened gradient is small ([`STATIONARY_GRADIENT`]).
+    /// Empty for a posterior with one mode.
+    #[serde(default)]
+    pub other_modes: Vec<Vec<f64>>,
+}
+
+/// Whitened distance (Laplace sds) beyond which a start's end point is another mode: further
+/// than any draw of the approximation is likely to be (the 4-sd ball holds all but about 3e-4
+/// of a 2-D Gaussian's mass, more in higher dimensions).
+pub const SEPARATE_MODE: f64 = 4.0;
+/// Largest whitened gradient norm `|L^T g|` (per sqrt(dim)) at which an end point counts as a
+/// stationary point rather than a start still on its way (or stuck on a plateau).
+pub const STATIONARY_GRADIENT: f64 = 1e-2;
+
+/// The search's end points (`xs`, `[starts, dim]` row-major, with log densities `lp` and
+/// scores `grads`) that are separate stationary points of the density, in the whitened
+/// coordinates of `N(m, L L^T)`, one per cluster.
+fn other_modes(xs: &[f64], lp: &[f64], grads: &[f64], m: &[f64], l: &[f64], dim: usize) -> Vec<Vec<f64>> {
+    let mut found: Vec<Vec<f64>> = Vec::new();
+    for (k, lp_k) in lp.iter().enumerate() {
+        let (x, g) = (&xs[k * dim..(k + 1) * dim], &grads[k * dim..(k + 1) * dim]);
+        if !lp_k.is_finite() || !g.iter().all(|v| v.is_finite()) {
+            continue;
+        }
+        // z = L^-1 (x - m) by forward substitution; the whitened gradient is L^T g.
+        let mut z = vec![0.0; dim];
+        for i in 0..dim {
+            let dot: f64 = (0..i).map(|j| l[i * dim + j] * z[j]).sum();
+            z[i] = (x[i] - m[i] - dot) / l[i * dim + i];
+        }
+        let gw: f64 = (0..dim).map(|j| (j..dim).map(|i| l[i * dim + j] * g[i]).sum::<f64>().powi(2)).sum::<f64>();
+        let norm = |v: &[f64]| v.iter().map(|a| a * a).sum::<f64>().sqrt();
+        let stationary = gw.sqrt() <= STATIONARY_GRADIENT * (dim as f64).sqrt();
+        let separate = norm(&z) > SEPARATE_MODE
+            && found.iter().all(|f| norm(&f.iter().zip(&z).map(|(a, b)| a - b).collect::<Vec<_>>()) > SEPARATE_MODE);
+        if stationary && separate && z.iter().all(|v| v.is_finite()) {
+            found.push(z);
+        }
+    }
+    found
 }
 
 impl Laplace {
@@ -94,7 +136,8 @@ impl Laplace {
             let g = s.grad.clone().mask_fill(s.grad.is_finite().bool_not(), 0.0);
             x = x + adam.delta(g);
         }
-        let lp = to_vec_f64(&score(model, x.clone(), None)?.log_prob);
+        let ends = score(model, x.clone(), None)?;
+        let (lp, end_grads) = (to_vec_f64(&ends.log_prob), to_vec_f64(&ends.grad));
         evals += config.starts;
         let best = lp
             .iter()
@@ -166,7 +209,16 @@ impl Laplace {
         if !scale.iter().all(|v| v.is_finite()) {
             return Err(InferError::Numerical("the Laplace scale at the mode is non-finite".into()));
         }
-        Ok(Self { mode: m, scale, log_prob, newton_decrement: last_decrement, full_rank, score_evals: evals })
+        let other_modes = other_modes(&xs, &lp, &end_grads, &m, &scale, dim);
+        Ok(Self {
+            mode: m,
+            scale,
+            log_prob,
+            newton_decrement: last_decrement,
+            full_rank,
+            score_evals: evals,
+            other_modes,
+        })
     }
 
     /// The dimension.
