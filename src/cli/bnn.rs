@@ -248,7 +248,7 @@ fn run_with(args: BnnArgs, group: Group) -> Result<()> {
         classification: classification.clone(),
         posterior: args.save_posterior.clone(),
         seconds: fit.seconds,
-        ms_per_step: if fit.steps_run == 0 { 0.0 } else { 1e3 * fit.seconds / fit.steps_run as f64 },
+        ms_per_step: parvi_infer::core::ms_per_step(fit.seconds, fit.steps_run),
         ranks: group.as_ref().map_or(1, |c| c.size()),
         communication_ms_per_step: communication_ms_per_step(&group, fit.steps_run),
         engine: fit.engine.clone(),

@@ -12,7 +12,7 @@ pub type Group = Option<Arc<dyn Collective>>;
 
 /// Whether this process prints and writes the run's outputs: rank 0, or a run of its own.
 pub fn is_lead(group: &Group) -> bool {
-    group.as_ref().is_none_or(|c| c.rank() == 0)
+    parvi_infer::core::is_lead(group.as_deref())
 }
 
 /// Runs `body` alone, or with `distributed` as one rank of the MPI job this process belongs to.
@@ -42,5 +42,5 @@ fn in_mpi_job(_body: impl FnOnce(Group) -> Result<()>) -> Result<()> {
 
 /// The run's share of wall time spent in the all-gathers, per step (`None` alone).
 pub fn communication_ms_per_step(group: &Group, steps: usize) -> Option<f64> {
-    group.as_ref().map(|c| if steps == 0 { 0.0 } else { 1e3 * c.seconds_communicating() / steps as f64 })
+    group.as_ref().map(|c| parvi_infer::core::ms_per_step(c.seconds_communicating(), steps))
 }

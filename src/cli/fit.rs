@@ -6,7 +6,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use parvi_infer::CheckpointPolicy;
 use parvi_infer::{
-    FitConfig, FitResult, KernelConfig, MethodConfig, Particles, Precondition, RunError, RunLabel, core::Checkpoint,
+    FitConfig, KernelConfig, MethodConfig, Particles, Precondition, RunError, RunLabel, core::Checkpoint,
 };
 use parvi_model::BackendKind;
 use parvi_models::{BUILTIN_TARGETS, builtin_target};
@@ -264,7 +264,7 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
     }
     // What stands for the posterior: an MCMC engine's collected draws, else the particles.
     let particles = &result.draws;
-    let (diagnostics, report) = (result.diagnostics.clone(), result.report.clone());
+    let (diagnostics, report) = (&result.diagnostics, result.report.clone());
     for w in &diagnostics.warnings {
         eprintln!("warning: {w}");
     }
@@ -277,14 +277,14 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
         seed,
         lr,
         seconds: result.seconds,
-        ms_per_step: ms_per_step(&result),
+        ms_per_step: result.ms_per_step(),
         posterior_mean: particles.mean(),
         posterior_cov: particles.covariance(),
         true_mean: target.mean.clone(),
         true_cov: target.cov.clone(),
         engine: report,
-        stationarity: diagnostics.stationarity,
-        warnings: diagnostics.warnings,
+        stationarity: diagnostics.stationarity.clone(),
+        warnings: diagnostics.warnings.clone(),
         ranks: Some(collective.as_ref().map_or(1, |c| c.size())),
         communication_ms_per_step: communication_ms_per_step(&collective, result.steps_run),
     };
@@ -317,16 +317,11 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
         ranks,
         particles.len(),
         result.steps,
-        ms_per_step(&result),
+        result.ms_per_step(),
         summary.posterior_mean.iter().map(|v| format!("{v:.4}")).collect::<Vec<_>>(),
         out.display()
     );
     Ok(())
-}
-
-/// Wall milliseconds per step of this call's run (the Laplace search excluded).
-fn ms_per_step(result: &FitResult) -> f64 {
-    if result.steps_run == 0 { 0.0 } else { 1e3 * result.seconds / result.steps_run as f64 }
 }
 
 /// The `bandwidths` and `weights` of an engine report that has both, of equal length.

@@ -121,6 +121,14 @@ pub struct FitResult {
     pub diagnostics: Diagnostics,
 }
 
+impl FitResult {
+    /// Mean wall time per step of this call's run, in milliseconds (the Laplace search and the
+    /// diagnostics excluded; 0 when no step ran).
+    pub fn ms_per_step(&self) -> f64 {
+        crate::core::ms_per_step(self.seconds, self.steps_run)
+    }
+}
+
 /// Whether a run converged, by the diagnostic that fits its engine, and what to warn about.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Diagnostics {
@@ -180,16 +188,13 @@ impl Diagnostics {
         config: &StationarityConfig,
     ) -> Result<(), InferError> {
         config.validate()?;
-        if particles.len() < crate::evaluation::MIN_PARTICLES {
-            return Ok(());
-        }
-        match stationarity_check(model, particles, config, None) {
-            Ok(s) => {
+        match checked(model, particles, config, None) {
+            Ok(Some(s)) => {
                 self.warnings.extend(stationarity_warning(method, &s, ""));
                 self.stationarity = Some(s);
             }
-            Err(InferError::Model(parvi_model::ModelError::NoGradient)) => {}
-            Err(e) => self.warnings.push(format!("the stationarity check failed: {e}")),
+            Ok(None) => {}
+            Err(warning) => self.warnings.push(warning),
         }
         Ok(())
     }
@@ -259,6 +264,24 @@ impl Diagnostics {
                 "{method} moved away from the target: the kernel Stein discrepancy rose from {a:.3e} to {b:.3e}"
             ));
         }
+    }
+}
+
+/// The stationarity check of `particles` ([`stationarity_check`]); `None` where it cannot apply
+/// (too few particles, a target without a gradient), and a warning where it failed otherwise.
+fn checked(
+    model: &dyn LogDensity,
+    particles: &Particles,
+    config: &StationarityConfig,
+    view: Option<&dyn Fn(Tensor<2>) -> Tensor<2>>,
+) -> Result<Option<Stationarity>, String> {
+    if particles.len() < crate::evaluation::MIN_PARTICLES {
+        return Ok(None);
+    }
+    match stationarity_check(model, particles, config, view) {
+        Ok(s) => Ok(Some(s)),
+        Err(InferError::Model(parvi_model::ModelError::NoGradient)) => Ok(None),
+        Err(e) => Err(format!("the stationarity check failed: {e}")),
     }
 }
 
@@ -378,18 +401,16 @@ pub fn fit(
         drift: if is_mcmc { None } else { snapshot.taken.as_ref().and_then(|s| drift(s, &outcome.particles)) },
         ..Diagnostics::read(&report)
     };
-    if !is_mcmc && config.check_steps > 0 && outcome.particles.len() >= crate::evaluation::MIN_PARTICLES {
+    if !is_mcmc && config.check_steps > 0 {
         // Compared in the model's unconstrained coordinates, so a flagged coordinate is one of
-        // the model's own parameters (MALA itself runs where the engine ran).
+        // the model's own parameters (MALA itself runs where the engine ran); judged below.
         let to_model = |t: Tensor<2>| match &whitened {
             Some(w) => w.to_original(t),
             None => t,
         };
-        match stationarity_check(target, &outcome.particles, &check, Some(&to_model)) {
-            Ok(s) => diagnostics.stationarity = Some(s),
-            // A target without a gradient cannot run MALA: no check, no warning.
-            Err(InferError::Model(parvi_model::ModelError::NoGradient)) => {}
-            Err(e) => diagnostics.warnings.push(format!("the stationarity check failed: {e}")),
+        match checked(target, &outcome.particles, &check, Some(&to_model)) {
+            Ok(s) => diagnostics.stationarity = s,
+            Err(warning) => diagnostics.warnings.push(warning),
         }
     }
     diagnostics.warnings.extend(laplace_failure);

@@ -146,3 +146,35 @@ fn a_time_budget_stops_the_run() {
     assert!(out.seconds >= 0.2, "stopped early: {} s", out.seconds);
     assert!(out.particles.is_finite());
 }
+
+/// The sharded step in one process ([`SingleProcess`]: the same scores, row block and gathers
+/// as an MPI rank, without MPI) gives the plain step's particles up to float rounding, with
+/// minibatches; a method without a sharded step is refused by name before any step.
+#[test]
+fn the_sharded_step_in_one_process_is_the_plain_step() {
+    use parvi_infer::core::SingleProcess;
+    use std::sync::Arc;
+    let device = flex();
+    let model = NormalMean::new(&device);
+    let start = Particles::gaussian(37, 2, 0.0, 1.0, &mut EngineRng::new(4), &device).unwrap();
+    let run = |collective: Option<Arc<dyn parvi_infer::core::Collective>>| {
+        let mut engine = Svgd::new(Box::new(Rbf::median()), AdapterConfig::adagrad(0.05).build().unwrap());
+        let config = RunConfig { collective, ..config(40, None) };
+        host(
+            &Runner::new(&mut engine, &model, start.clone(), config).unwrap().run(&mut []).unwrap().particles.positions,
+        )
+    };
+    let (plain, sharded) = (run(None), run(Some(Arc::new(SingleProcess))));
+    let gap = plain.iter().zip(&sharded).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    assert!(gap < 1e-4, "sharded in one process differs from the plain step by {gap}");
+
+    let spec = parvi_infer::EngineSpec::new(
+        parvi_infer::MethodConfig::default_for("mmd-fw").unwrap(),
+        parvi_infer::KernelConfig::default(),
+        AdapterConfig::adagrad(0.05),
+    );
+    let mut mmd_fw = spec.build().unwrap();
+    let config = RunConfig { collective: Some(Arc::new(SingleProcess)), ..config(5, None) };
+    let err = Runner::new(mmd_fw.as_mut(), &model, start, config).err().expect("mmd-fw cannot shard");
+    assert!(err.to_string().contains("mmd-fw cannot run sharded yet"), "{err}");
+}

@@ -140,6 +140,14 @@ impl<M: Direction> DirectionEngine<M> {
     pub fn method(&self) -> &M {
         &self.method
     }
+
+    /// `x <- x + adapter(phi)`, keeping the move for [`relative_movement`].
+    fn advance(&mut self, particles: &mut Particles, phi: Tensor<2>) {
+        let x = particles.positions.clone();
+        let delta = self.adapter.delta(phi);
+        particles.positions = x.clone() + delta.clone();
+        self.last_move = Some((x, delta));
+    }
 }
 
 impl<M: Direction> Engine for DirectionEngine<M> {
@@ -152,11 +160,8 @@ impl<M: Direction> Engine for DirectionEngine<M> {
     }
 
     fn step(&mut self, ctx: &mut StepContext<'_>, particles: &mut Particles) -> Result<(), InferError> {
-        let x = particles.positions.clone();
-        let phi = self.method.ascent(ctx, x.clone())?;
-        let delta = self.adapter.delta(phi);
-        particles.positions = x.clone() + delta.clone();
-        self.last_move = Some((x, delta));
+        let phi = self.method.ascent(ctx, particles.positions.clone())?;
+        self.advance(particles, phi);
         Ok(())
     }
 
@@ -171,11 +176,8 @@ impl<M: Direction> Engine for DirectionEngine<M> {
         particles: &mut Particles,
         collective: &dyn Collective,
     ) -> Result<(), InferError> {
-        let x = particles.positions.clone();
-        let phi = sharded_ascent(&mut self.method, ctx, x.clone(), collective)?;
-        let delta = self.adapter.delta(phi);
-        particles.positions = x.clone() + delta.clone();
-        self.last_move = Some((x, delta));
+        let phi = sharded_ascent(&mut self.method, ctx, particles.positions.clone(), collective)?;
+        self.advance(particles, phi);
         Ok(())
     }
 

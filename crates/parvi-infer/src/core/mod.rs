@@ -22,5 +22,5 @@ pub use precondition::{Laplace, LaplaceConfig, SEPARATE_MODE, STATIONARY_GRADIEN
 pub use record::{EngineState, TensorRecord};
 pub use rng::{EngineRng, RngState};
 pub use rows::{check_subset_size, random_rows, select_rows};
-pub use run::{Callback, CheckpointPolicy, RunConfig, RunError, RunLabel, RunOutcome, Runner};
-pub use shard::{Collective, SingleProcess};
+pub use run::{Callback, CheckpointPolicy, RunConfig, RunError, RunLabel, RunOutcome, Runner, ms_per_step};
+pub use shard::{Collective, SingleProcess, is_lead};

@@ -8,7 +8,7 @@ use std::time::Instant;
 use parvi_model::{LogDensity, Minibatch, score};
 use thiserror::Error;
 
-use crate::core::shard::{Collective, check_shardable_count};
+use crate::core::shard::{Collective, check_shardable_count, is_lead};
 use crate::core::{Checkpoint, FORMAT, RunIdentity};
 use crate::{BatchOrder, BatchStream, Engine, EngineRng, InferError, Particles, StepContext, TensorRecord};
 
@@ -114,8 +114,13 @@ pub struct RunOutcome {
 impl RunOutcome {
     /// Mean wall time per step of this invocation, in milliseconds (0 when no step ran).
     pub fn ms_per_step(&self) -> f64 {
-        if self.steps_run == 0 { 0.0 } else { 1e3 * self.seconds / self.steps_run as f64 }
+        ms_per_step(self.seconds, self.steps_run)
     }
+}
+
+/// `seconds` spread over `steps`, in milliseconds per step (0 when no step ran).
+pub fn ms_per_step(seconds: f64, steps: usize) -> f64 {
+    if steps == 0 { 0.0 } else { 1e3 * seconds / steps as f64 }
 }
 
 /// Why a run stopped early.
@@ -332,11 +337,9 @@ impl<'a> Runner<'a> {
                     cb.on_step(self.step, &self.particles).map_err(|error| RunError::Failed { step, error })?;
                 }
             }
-            // The state is replicated: rank 0 alone writes it.
-            let writer = self.config.collective.as_ref().is_none_or(|c| c.rank() == 0);
             if let Some(policy) = &self.config.checkpoint
                 && checkpoint_due
-                && writer
+                && is_lead(self.config.collective.as_deref())
             {
                 self.checkpoint().save(&policy.path).map_err(|error| RunError::Failed { step, error })?;
             }

@@ -40,6 +40,12 @@ pub trait Collective: Debug + Send + Sync {
     }
 }
 
+/// Whether this process writes a run's outputs: rank 0 of `collective`, or a run of its own
+/// (the state is replicated, so one writer suffices).
+pub fn is_lead(collective: Option<&dyn Collective>) -> bool {
+    collective.is_none_or(|c| c.rank() == 0)
+}
+
 /// A group of one process: the gather returns the local rows.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SingleProcess;

@@ -94,7 +94,7 @@ pub fn svgd_direction(kernel: &dyn Kernel, x: Tensor<2>, s: Tensor<2>) -> Tensor
 /// evaluated in blocks.
 ///
 /// Up to [`DENSE_MAX_POINTS`] particles the whole `n x n` distance matrix gives both the median
-/// and this block, and the RBF takes the one-product form of [`svgd_direction_dense`]; above,
+/// and this block, and the RBF takes the dense direction's one-product form; above,
 /// the median comes from [`pair_median_sq`] and memory is one `[n, rows]` block.
 pub fn svgd_direction_rows(
     kernel: &dyn Kernel,
@@ -112,19 +112,7 @@ pub fn svgd_direction_rows(
         let kernel = kernel.resolved(n, &mut || pair_median_sq(&x))?;
         (kernel, pairwise_sq_dists(x.clone(), y.clone()))
     };
-    match kernel.eval_proportional(&sq) {
-        // f' = c f: phi = (1/n) [K^T (S + 2c X) - 2c Y colsum(K)], one [rows, n] x [n, d] product.
-        Some((k, c)) => {
-            let two_c = c.mul_scalar(2.0);
-            let colsum = k.clone().sum_dim(0).transpose(); // [rows, 1]
-            let drift = k.transpose().matmul(s + x * two_c.clone());
-            Some((drift - y * (colsum * two_c)).div_scalar(n as f64))
-        }
-        None => {
-            let eval = kernel.eval(&sq, false);
-            Some(stein_direction(&eval, x, s, y, None))
-        }
-    }
+    Some(direction_at(kernel.as_ref(), &sq, x, s, y))
 }
 
 /// [`svgd_direction_rows`] for a sharded step of `method`, or the error naming the method when
@@ -149,23 +137,24 @@ fn rows_refused(method: &str, kernel: &dyn Kernel) -> InferError {
     not_shardable(method, &format!("its kernel {} cannot be evaluated in row blocks", kernel.describe()))
 }
 
-/// The SVGD direction from the whole `n x n` kernel matrix.
-///
-/// For a kernel with `f' = c f` (the RBF) the drift and the repulsion share one product:
-/// `phi = (1/n) [K^T (S + 2c X) - 2c X * colsum(K)]`, one `[n, n] x [n, d]` product instead of
-/// two; other kernels take the general [`stein_direction`].
+/// The SVGD direction from the whole `n x n` kernel matrix ([`direction_at`] every particle).
 pub fn svgd_direction_dense(kernel: &dyn Kernel, x: Tensor<2>, s: Tensor<2>) -> Tensor<2> {
     let sq = pairwise_sq_dists(x.clone(), x.clone());
-    match kernel.eval_proportional(&sq) {
+    direction_at(kernel, &sq, x.clone(), s, x)
+}
+
+/// The SVGD direction at the targets `y` from the squared distances `sq` `[n, m]` of all `n`
+/// particles `x` (scores `s`) to them. For a kernel with `f' = c f` (the RBF) the drift and the
+/// repulsion share one product: `phi = (1/n) [K^T (S + 2c X) - 2c Y colsum(K)]`, one
+/// `[m, n] x [n, d]` product instead of two; other kernels take the general [`stein_direction`].
+fn direction_at(kernel: &dyn Kernel, sq: &Tensor<2>, x: Tensor<2>, s: Tensor<2>, y: Tensor<2>) -> Tensor<2> {
+    match kernel.eval_proportional(sq) {
         Some((k, c)) => {
             let n = x.dims()[0] as f64;
             let two_c = c.mul_scalar(2.0 / n); // [1, 1]
-            let colsum = k.clone().sum_dim(0).transpose(); // [n, 1]
-            k.transpose().div_scalar(n).matmul(s + x.clone() * two_c.clone().mul_scalar(n)) - x * (colsum * two_c)
+            let colsum = k.clone().sum_dim(0).transpose(); // [m, 1]
+            k.transpose().div_scalar(n).matmul(s + x * two_c.clone().mul_scalar(n)) - y * (colsum * two_c)
         }
-        None => {
-            let eval = kernel.eval(&sq, false);
-            stein_direction(&eval, x.clone(), s, x, None)
-        }
+        None => stein_direction(&kernel.eval(sq, false), x, s, y, None),
     }
 }
