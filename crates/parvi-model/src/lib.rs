@@ -26,7 +26,7 @@ pub use density::{LogDensity, ValueDensity, ValueOnly, ValuesOf};
 pub use error::ModelError;
 pub use grad::{Score, score, value_and_grad, value_and_grad2};
 pub use layers::{Activation, DenseLayer, DenseStack, LayerOps};
-pub use layout::{Block, Constraint, ParamLayout, Unpacked};
+pub use layout::{Block, CONSTRAINT_TOLERANCE, Constraint, ParamLayout, Unpacked};
 pub use minibatch::Minibatch;
 
 /// Re-exported so users write models against the same burn the engines use.

@@ -149,7 +149,7 @@ impl DenseLayer {
                 format!("bias needs shape [{outputs}] (one per output unit), got {:?}", b.shape),
             ));
         }
-        if b.offset != w.offset + w.size() {
+        if b.offset != w.offset + w.free_size() {
             return Err(invalid(
                 bias,
                 format!("the bias must follow the weights block `{weights}` directly in the layout"),

@@ -1,0 +1,3 @@
+//! Constraint transforms.
+#[test]
+fn stub() {}
