@@ -363,9 +363,9 @@ impl Constraint {
                 let km1 = ys.len() - 1;
                 let mut out = vec![0.0; km1];
                 let mut tail = ys[km1];
-                for k in (0..km1).rev() {
-                    out[k] = (ys[k] / tail).ln() + ((km1 - k) as f64).ln();
-                    tail += ys[k];
+                for (k, (free, &y)) in out.iter_mut().zip(ys).enumerate().rev() {
+                    *free = (y / tail).ln() + ((km1 - k) as f64).ln();
+                    tail += y;
                 }
                 Ok(out)
             }

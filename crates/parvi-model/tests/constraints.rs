@@ -65,12 +65,12 @@ fn simplex_f64(x: &[f64]) -> (Vec<f64>, f64) {
     let mut y = vec![0.0; km1 + 1];
     let mut stick = 1.0;
     let mut lp = 0.0;
-    for k in 0..km1 {
-        let adj = x[k] - ((km1 - k) as f64).ln();
+    for (k, (&free, value)) in x.iter().zip(y.iter_mut()).enumerate() {
+        let adj = free - ((km1 - k) as f64).ln();
         let z = inv_logit(adj);
-        y[k] = stick * z;
+        *value = stick * z;
         lp += stick.ln() - (-adj).exp().ln_1p() - adj.exp().ln_1p();
-        stick -= y[k];
+        stick -= *value;
     }
     y[km1] = stick;
     (y, lp)
