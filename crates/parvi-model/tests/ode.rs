@@ -143,3 +143,204 @@ fn decay_gradients_match_closed_form() {
         assert!((g_theta[p] - dth).abs() < 1e-6, "particle {p}: d/dtheta {} vs {dth}", g_theta[p]);
     }
 }
+
+#[test]
+fn oscillator_gradients_match_closed_form() {
+    // d/d omega of x(t) = a cos(w t) + (b / w) sin(w t), summed over the output times.
+    let device = flex();
+    let omegas = [0.5, 1.0, 2.0];
+    let starts = [[1.0, 0.0], [0.0, 1.0], [2.0, -1.0]];
+    let ts = [0.5, 1.0, 2.0, 3.0];
+    let opts = OdeOptions::new(1e-9, 1e-9, 100_000);
+    let (_, g_y0, g_w) = value_and_grad2(
+        tensor(starts.concat(), [3, 2], DType::F64, &device),
+        tensor(omegas.to_vec(), [3, 1], DType::F64, &device),
+        |y0, w| {
+            let sol = ode_rk45(oscillator, y0, 0.0, &ts, &w, &opts).unwrap();
+            sol.states.narrow(2, 0, 1).sum_dim(1).reshape([3])
+        },
+    )
+    .unwrap();
+    let (g_y0, g_w) = (host(&g_y0), host(&g_w));
+    for p in 0..3 {
+        let (w, [a, b]) = (omegas[p], starts[p]);
+        let dw: f64 =
+            ts.iter().map(|&t| -a * t * (w * t).sin() - b / (w * w) * (w * t).sin() + b / w * t * (w * t).cos()).sum();
+        let da: f64 = ts.iter().map(|&t| (w * t).cos()).sum();
+        let db: f64 = ts.iter().map(|&t| (w * t).sin() / w).sum();
+        for (got, want, what) in [(g_w[p], dw, "omega"), (g_y0[2 * p], da, "x0"), (g_y0[2 * p + 1], db, "v0")] {
+            assert!((got - want).abs() < 1e-6 * (1.0 + want.abs()), "particle {p}, d/d{what}: {got} vs {want}");
+        }
+    }
+}
+
+const LV_THETA: [f64; 4] = [0.55, 0.028, 0.8, 0.024];
+const LV_Y0: [f64; 2] = [33.0, 6.0];
+
+/// `n` Lotka-Volterra particles near posteriordb's posterior mean (fixed perturbations).
+fn lv_particles(n: usize) -> (Vec<[f64; 4]>, Vec<[f64; 2]>) {
+    let wiggle = |i: usize, j: usize| 1.0 + 0.1 * (((i * 7 + j * 13) % 17) as f64 / 8.0 - 1.0);
+    let thetas = (0..n).map(|i| std::array::from_fn(|j| LV_THETA[j] * wiggle(i, j))).collect();
+    let y0s = (0..n).map(|i| std::array::from_fn(|j| LV_Y0[j] * wiggle(i, j + 4))).collect();
+    (thetas, y0s)
+}
+
+fn lv_tensors(thetas: &[[f64; 4]], y0s: &[[f64; 2]], dtype: DType, device: &Device) -> (Tensor<2>, Tensor<2>) {
+    let n = thetas.len();
+    (tensor(y0s.concat(), [n, 2], dtype, device), tensor(thetas.concat(), [n, 4], dtype, device))
+}
+
+#[test]
+fn lotka_volterra_matches_an_independent_rk4() {
+    let device = flex();
+    let ts: Vec<f64> = (1..=20).map(f64::from).collect();
+    let (thetas, y0s) = lv_particles(6);
+    let reference: Vec<Vec<[f64; 2]>> = thetas.iter().zip(&y0s).map(|(p, y)| rk4_lv(*y, *p, &ts, 1e-3)).collect();
+    // Tight tolerances in f64; Stan's posteriordb settings (1e-5, 1e-3, 500) in f64 and f32.
+    for (dtype, opts, tol) in [
+        (DType::F64, OdeOptions::new(1e-10, 1e-10, 100_000), 1e-7),
+        (DType::F64, OdeOptions::new(1e-5, 1e-3, 500), 1e-3),
+        (DType::F32, OdeOptions::new(1e-5, 1e-3, 500), 1e-3),
+    ] {
+        let (y0, theta) = lv_tensors(&thetas, &y0s, dtype, &device);
+        let sol = ode_rk45(lotka_volterra, y0, 0.0, &ts, &theta, &opts).unwrap();
+        let got = host(&sol.states);
+        let mut worst = 0.0f64;
+        for (p, reference) in reference.iter().enumerate() {
+            for (j, want) in reference.iter().enumerate() {
+                for s in 0..2 {
+                    let g = got[(p * ts.len() + j) * 2 + s];
+                    worst = worst.max((g - want[s]).abs() / want[s].abs().max(1.0));
+                }
+            }
+        }
+        println!("LV {dtype:?} rel_tol {:e}: max rel error {worst:.2e}, {:?}", opts.rel_tol, sol.stats);
+        assert!(worst < tol, "{dtype:?} {opts:?}: max relative error {worst}");
+    }
+}
+
+#[test]
+fn lotka_volterra_gradient_matches_finite_differences() {
+    // Central differences of the f64 solve at tight tolerance: the discrete map is smooth there.
+    let device = flex();
+    let ts: Vec<f64> = (1..=20).map(f64::from).collect();
+    let (thetas, y0s) = lv_particles(3);
+    let opts = OdeOptions::new(1e-10, 1e-10, 100_000);
+    let weights: Vec<f64> = (0..ts.len() * 2).map(|i| ((i % 5) as f64 - 2.0) / 3.0).collect();
+    let w = Tensor::<3>::from_data(TensorData::new(weights.clone(), [1, ts.len(), 2]), (&device, DType::F64));
+    let objective = |y0: Tensor<2>, theta: Tensor<2>| {
+        let n = y0.dims()[0];
+        let sol = ode_rk45(lotka_volterra, y0, 0.0, &ts, &theta, &opts).unwrap();
+        (sol.states * w.clone().to_device(&theta.device())).sum_dim(1).sum_dim(2).reshape([n])
+    };
+    let (y0, theta) = lv_tensors(&thetas, &y0s, DType::F64, &device);
+    let (_, g_y0, g_theta) = value_and_grad2(y0, theta, objective).unwrap();
+    let (g_y0, g_theta) = (host(&g_y0), host(&g_theta));
+    for p in 0..3 {
+        for j in 0..6 {
+            let value = |sign: f64| {
+                let (mut th, mut y) = (thetas[p], y0s[p]);
+                let step = if j < 4 { 1e-6 * th[j] } else { 1e-6 * y[j - 4] };
+                if j < 4 {
+                    th[j] += sign * step
+                } else {
+                    y[j - 4] += sign * step
+                }
+                let (y0, theta) = lv_tensors(&[th], &[y], DType::F64, &device);
+                (host(&objective(y0, theta))[0], step)
+            };
+            let ((plus, step), (minus, _)) = (value(1.0), value(-1.0));
+            let fd = (plus - minus) / (2.0 * step);
+            let ad = if j < 4 { g_theta[p * 4 + j] } else { g_y0[p * 2 + j - 4] };
+            assert!(
+                (ad - fd).abs() < 1e-5 * (1.0 + fd.abs()),
+                "particle {p}, coordinate {j}: autodiff {ad} vs fd {fd}"
+            );
+        }
+    }
+}
+
+/// `y' = -lambda (y - cos t)`: y_p(t) + (y0 - y_p(0)) exp(-lambda t), y_p = lambda (lambda cos t + sin t) / (lambda^2 + 1).
+fn stiff_exact(lambda: f64, y0: f64, t: f64) -> (f64, f64) {
+    let q = lambda * lambda + 1.0;
+    let yp = |t: f64| lambda * (lambda * t.cos() + t.sin()) / q;
+    let dyp = |t: f64| (2.0 * lambda * t.cos() + (1.0 - lambda * lambda) * t.sin()) / (q * q);
+    let e = (-lambda * t).exp();
+    let y = yp(t) + (y0 - yp(0.0)) * e;
+    let dy = dyp(t) - dyp(0.0) * e - (y0 - yp(0.0)) * t * e;
+    (y, dy)
+}
+
+fn stiff_rhs(t: f64, y: Tensor<2>, lambda: &Tensor<2>) -> Tensor<2> {
+    -(y.sub_scalar(t.cos()) * lambda.clone())
+}
+
+#[test]
+fn stiff_problem_matches_closed_form_values_and_gradients() {
+    let device = flex();
+    let lambdas = [1.0, 50.0, 1e3, 1e5];
+    let y0s = [0.0, 2.0, -1.0, 0.5];
+    let ts = [0.01, 0.1, 1.0, 5.0, 10.0];
+    let opts = OdeOptions::new(1e-7, 1e-9, 100_000);
+    let mut stats = None;
+    let (values, g_y0, g_lambda) = value_and_grad2(
+        tensor(y0s.to_vec(), [4, 1], DType::F64, &device),
+        tensor(lambdas.to_vec(), [4, 1], DType::F64, &device),
+        |y0, lambda| {
+            let sol = ode_stiff(stiff_rhs, y0, 0.0, &ts, &lambda, &opts).unwrap();
+            stats = Some(sol.stats);
+            sol.states.sum_dim(1).reshape([4])
+        },
+    )
+    .unwrap();
+    println!("stiff solve: {stats:?}");
+    let (values, g_y0, g_lambda) = (host(&values), host(&g_y0), host(&g_lambda));
+    for p in 0..4 {
+        let (l, y0) = (lambdas[p], y0s[p]);
+        let value: f64 = ts.iter().map(|&t| stiff_exact(l, y0, t).0).sum();
+        let dl: f64 = ts.iter().map(|&t| stiff_exact(l, y0, t).1).sum();
+        let dy0: f64 = ts.iter().map(|&t| (-l * t).exp()).sum();
+        assert!((values[p] - value).abs() < 1e-5, "lambda {l}: sum of y {} vs {value}", values[p]);
+        assert!((g_lambda[p] - dl).abs() < 1e-4 * (1.0 + dl.abs()), "lambda {l}: d/dlambda {} vs {dl}", g_lambda[p]);
+        assert!((g_y0[p] - dy0).abs() < 1e-4, "lambda {l}: d/dy0 {} vs {dy0}", g_y0[p]);
+    }
+    // rk45 on the same batch needs a step below 3.3 / lambda for stability: its limit is hit.
+    let (y0, lambda) =
+        (tensor(y0s.to_vec(), [4, 1], DType::F64, &device), tensor(lambdas.to_vec(), [4, 1], DType::F64, &device));
+    let err = ode_rk45(stiff_rhs, y0, 0.0, &ts, &lambda, &OdeOptions::new(1e-7, 1e-9, 2000)).unwrap_err();
+    assert!(matches!(err, OdeError::MaxNumSteps { particle: 3, .. }), "{err}");
+}
+
+/// Robertson's chemical kinetics (Hairer & Wanner, Solving ODEs II, section IV.1), rates in theta.
+fn robertson(_t: f64, y: Tensor<2>, k: &Tensor<2>) -> Tensor<2> {
+    let (y1, y2, y3) = (y.clone().narrow(1, 0, 1), y.clone().narrow(1, 1, 1), y.narrow(1, 2, 1));
+    let k = |j| k.clone().narrow(1, j, 1);
+    let r1 = k(0) * y1;
+    let r2 = k(1) * y2.clone() * y3;
+    let r3 = k(2) * y2.clone().square();
+    Tensor::cat(vec![r2.clone() - r1.clone(), r1 - r2 - r3.clone(), r3], 1)
+}
+
+#[test]
+fn robertson_matches_a_tight_reference_and_conserves_mass() {
+    let device = flex();
+    let rates = [[0.04, 1e4, 3e7], [0.05, 2e4, 1e7]];
+    let ts = [0.1, 1.0, 10.0, 40.0];
+    let y0 = || tensor(vec![1.0, 0.0, 0.0, 1.0, 0.0, 0.0], [2, 3], DType::F64, &device);
+    let k = tensor(rates.concat(), [2, 3], DType::F64, &device);
+    let tight = ode_stiff(robertson, y0(), 0.0, &ts, &k, &OdeOptions::new(1e-10, 1e-14, 1_000_000)).unwrap();
+    let loose = ode_stiff(robertson, y0(), 0.0, &ts, &k, &OdeOptions::new(1e-6, 1e-10, 100_000)).unwrap();
+    println!("Robertson: tight {:?}, loose {:?}", tight.stats, loose.stats);
+    let (a, b) = (host(&tight.states), host(&loose.states));
+    for (i, (a, b)) in a.iter().zip(&b).enumerate() {
+        assert!((a - b).abs() < 1e-5 * a.abs() + 1e-9, "entry {i}: {b} vs tight {a}");
+    }
+    // Hairer & Wanner's values at t = 40 for the standard rates.
+    let at40 = &a[9..12];
+    for (got, want) in at40.iter().zip([0.7158270687, 9.185534764e-6, 0.2841637457]) {
+        assert!((got - want).abs() < 1e-7 * want.max(1e-3), "{got} vs {want}");
+    }
+    for chunk in a.chunks(3) {
+        assert!((chunk.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+    }
+}
