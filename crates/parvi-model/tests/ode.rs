@@ -56,9 +56,7 @@ fn rk4_lv(y0: [f64; 2], p: [f64; 4], ts: &[f64], h: f64) -> Vec<[f64; 2]> {
             let k2 = lv_f64([y[0] + 0.5 * hh * k1[0], y[1] + 0.5 * hh * k1[1]], p);
             let k3 = lv_f64([y[0] + 0.5 * hh * k2[0], y[1] + 0.5 * hh * k2[1]], p);
             let k4 = lv_f64([y[0] + hh * k3[0], y[1] + hh * k3[1]], p);
-            for i in 0..2 {
-                y[i] += hh / 6.0 * (k1[i] + 2.0 * k2[i] + 2.0 * k3[i] + k4[i]);
-            }
+            y = std::array::from_fn(|i| y[i] + hh / 6.0 * (k1[i] + 2.0 * k2[i] + 2.0 * k3[i] + k4[i]));
         }
         t = t_out;
         out.push(y);
@@ -281,7 +279,7 @@ fn stiff_problem_matches_closed_form_values_and_gradients() {
     let lambdas = [1.0, 50.0, 1e3, 1e5];
     let y0s = [0.0, 2.0, -1.0, 0.5];
     let ts = [0.01, 0.1, 1.0, 5.0, 10.0];
-    let opts = OdeOptions::new(1e-7, 1e-9, 100_000);
+    let opts = OdeOptions::new(1e-6, 1e-8, 100_000);
     let mut stats = None;
     let (values, g_y0, g_lambda) = value_and_grad2(
         tensor(y0s.to_vec(), [4, 1], DType::F64, &device),
@@ -328,7 +326,7 @@ fn robertson_matches_a_tight_reference_and_conserves_mass() {
     let ts = [0.1, 1.0, 10.0, 40.0];
     let y0 = || tensor(vec![1.0, 0.0, 0.0, 1.0, 0.0, 0.0], [2, 3], DType::F64, &device);
     let k = tensor(rates.concat(), [2, 3], DType::F64, &device);
-    let tight = ode_stiff(robertson, y0(), 0.0, &ts, &k, &OdeOptions::new(1e-10, 1e-14, 1_000_000)).unwrap();
+    let tight = ode_stiff(robertson, y0(), 0.0, &ts, &k, &OdeOptions::new(1e-9, 1e-13, 1_000_000)).unwrap();
     let loose = ode_stiff(robertson, y0(), 0.0, &ts, &k, &OdeOptions::new(1e-6, 1e-10, 100_000)).unwrap();
     println!("Robertson: tight {:?}, loose {:?}", tight.stats, loose.stats);
     let (a, b) = (host(&tight.states), host(&loose.states));
@@ -342,5 +340,153 @@ fn robertson_matches_a_tight_reference_and_conserves_mass() {
     }
     for chunk in a.chunks(3) {
         assert!((chunk.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+    }
+}
+
+fn expect_invalid(result: Result<parvi_model::ode::OdeSolution, OdeError>, argument: &str) {
+    match result {
+        Err(OdeError::InvalidArgument { name, reason }) => {
+            assert_eq!(name, argument, "{reason}");
+            let message = OdeError::InvalidArgument { name, reason }.to_string();
+            assert!(message.contains(&format!("`{argument}`")), "{message}");
+        }
+        other => panic!("expected an error naming `{argument}`, got {other:?}"),
+    }
+}
+
+#[test]
+fn bad_arguments_are_errors_naming_the_argument() {
+    let device = flex();
+    let y0 = || tensor(vec![1.0, 2.0], [2, 1], DType::F64, &device);
+    let theta = tensor(vec![0.5, 1.0], [2, 1], DType::F64, &device);
+    let ok = OdeOptions::default();
+    for solve in [ode_rk45::<fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>>, ode_stiff] {
+        expect_invalid(solve(decay, y0(), 0.0, &[], &theta, &ok), "ts");
+        expect_invalid(solve(decay, y0(), 0.0, &[1.0, 3.0, 2.0], &theta, &ok), "ts");
+        expect_invalid(solve(decay, y0(), 0.0, &[1.0, 1.0], &theta, &ok), "ts");
+        expect_invalid(solve(decay, y0(), 1.0, &[1.0, 2.0], &theta, &ok), "ts");
+        expect_invalid(solve(decay, y0(), 0.0, &[1.0, f64::NAN], &theta, &ok), "ts");
+        expect_invalid(solve(decay, y0(), f64::NAN, &[1.0], &theta, &ok), "t0");
+        expect_invalid(solve(decay, y0(), 0.0, &[1.0], &theta, &OdeOptions::new(0.0, 1e-6, 10)), "rel_tol");
+        expect_invalid(solve(decay, y0(), 0.0, &[1.0], &theta, &OdeOptions::new(1e-6, -1.0, 10)), "abs_tol");
+        expect_invalid(solve(decay, y0(), 0.0, &[1.0], &theta, &OdeOptions::new(1e-6, f64::NAN, 10)), "abs_tol");
+        expect_invalid(solve(decay, y0(), 0.0, &[1.0], &theta, &OdeOptions::new(1e-6, 1e-6, 0)), "max_num_steps");
+        let three = tensor(vec![0.5, 1.0, 2.0], [3, 1], DType::F64, &device);
+        expect_invalid(solve(decay, y0(), 0.0, &[1.0], &three, &ok), "theta");
+        let nan_y0 = tensor(vec![1.0, f64::NAN], [2, 1], DType::F64, &device);
+        expect_invalid(solve(decay, nan_y0, 0.0, &[1.0], &theta, &ok), "y0");
+        let wide = |_t: f64, y: Tensor<2>, _th: &Tensor<2>| Tensor::cat(vec![y.clone(), y], 1);
+        expect_invalid(solve(wide, y0(), 0.0, &[1.0], &theta, &ok), "f");
+    }
+}
+
+#[test]
+fn numerical_failures_name_the_particle_time_and_tolerances() {
+    let device = flex();
+    let opts = OdeOptions::default();
+    // A right-hand side that is NaN at the start for particle 2.
+    let theta = tensor(vec![1.0, 1.0, -1.0], [3, 1], DType::F64, &device);
+    let y0 = || tensor(vec![1.0, 1.0, 1.0], [3, 1], DType::F64, &device);
+    let sqrt_rhs = |_t: f64, y: Tensor<2>, th: &Tensor<2>| -(y * th.clone().sqrt());
+    for solve in [ode_rk45::<fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>>, ode_stiff] {
+        let err = solve(sqrt_rhs, y0(), 0.0, &[1.0], &theta, &opts).unwrap_err();
+        assert!(matches!(err, OdeError::NonFinite { particle: 2, t: 0.0, .. }), "{err}");
+        // A right-hand side that turns NaN for particle 1 once t passes 0.5: the solver cannot get past.
+        let cutoff = tensor(vec![5.0, 0.5, 5.0], [3, 1], DType::F64, &device);
+        let edge = |t: f64, y: Tensor<2>, th: &Tensor<2>| -(y * th.clone().sub_scalar(t).sqrt());
+        let err = solve(edge, y0(), 0.0, &[1.0], &cutoff, &opts).unwrap_err();
+        let message = err.to_string();
+        match err {
+            OdeError::NonFinite { particle, t, .. } | OdeError::StepSizeUnderflow { particle, t, .. } => {
+                assert_eq!(particle, 1, "{message}");
+                assert!((0.4..=0.5).contains(&t), "{message}");
+            }
+            other => panic!("expected a non-finite or underflow error, got {other}"),
+        }
+        assert!(message.contains("particle 1") && message.contains("rel_tol 1e-6"), "{message}");
+    }
+    // y' = y^2 blows up at t = 1 / y0: particle 1 (y0 = 1) stops the solve before t = 1.
+    let blow = |_t: f64, y: Tensor<2>, _th: &Tensor<2>| y.square();
+    let y0 = tensor(vec![0.1, 1.0, 0.2], [3, 1], DType::F64, &device);
+    let err = ode_rk45(blow, y0, 0.0, &[2.0], &theta, &opts).unwrap_err();
+    let message = err.to_string();
+    match err {
+        OdeError::NonFinite { particle, t, .. }
+        | OdeError::StepSizeUnderflow { particle, t, .. }
+        | OdeError::MaxNumSteps { particle, t, .. } => {
+            assert_eq!(particle, 1, "{message}");
+            assert!((0.9..=1.01).contains(&t), "{message}");
+        }
+        other => panic!("unexpected {other}"),
+    }
+    // max_num_steps between two output times.
+    let omega = tensor(vec![1.0, 2.0], [2, 1], DType::F64, &device);
+    let start = tensor(vec![1.0, 0.0, 0.0, 1.0], [2, 2], DType::F64, &device);
+    let err = ode_rk45(oscillator, start, 0.0, &[1.0, 10.0], &omega, &OdeOptions::new(1e-8, 1e-8, 20)).unwrap_err();
+    let message = err.to_string();
+    match err {
+        OdeError::MaxNumSteps { t, t_out, max_num_steps, particle, .. } => {
+            assert!(t < t_out && max_num_steps == 20 && particle == 1, "{message}");
+            assert!(message.contains("max_num_steps = 20") && message.contains("rel_tol 1e-8"), "{message}");
+        }
+        other => panic!("expected max_num_steps, got {other}"),
+    }
+    // The error converts into the DSL's ModelError.
+    let model: parvi_model::ModelError = OdeError::InvalidArgument { name: "ts", reason: "x".into() }.into();
+    assert!(model.to_string().contains("`ts`"));
+}
+
+fn median_ms(mut runs: Vec<f64>) -> f64 {
+    runs.sort_by(f64::total_cmp);
+    runs[runs.len() / 2]
+}
+
+/// Timing for the report: 100 Lotka-Volterra particles, ts = 1..20, with the gradient, on flex in
+/// f32; and the shared step size against the steps each particle would take alone.
+#[test]
+fn lotka_volterra_100_particles_timing_and_shared_steps() {
+    let device = flex();
+    let ts: Vec<f64> = (1..=20).map(f64::from).collect();
+    let (thetas, y0s) = lv_particles(100);
+    for opts in [OdeOptions::new(1e-5, 1e-3, 500), OdeOptions::default()] {
+        let (y0, theta) = lv_tensors(&thetas, &y0s, DType::F32, &device);
+        let mut forward = vec![];
+        let mut with_grad = vec![];
+        let mut shared = None;
+        for _ in 0..5 {
+            let start = std::time::Instant::now();
+            let sol = ode_rk45(lotka_volterra, y0.clone(), 0.0, &ts, &theta, &opts).unwrap();
+            let _ = host(&sol.states);
+            forward.push(start.elapsed().as_secs_f64() * 1e3);
+            shared = Some(sol.stats);
+            let start = std::time::Instant::now();
+            let (_, g_y0, g_theta) = value_and_grad2(y0.clone(), theta.clone(), |y0, theta| {
+                let sol = ode_rk45(lotka_volterra, y0, 0.0, &ts, &theta, &opts).unwrap();
+                sol.states.sum_dim(1).sum_dim(2).reshape([100])
+            })
+            .unwrap();
+            let (g_y0, g_theta) = (host(&g_y0), host(&g_theta));
+            with_grad.push(start.elapsed().as_secs_f64() * 1e3);
+            assert!(g_y0.iter().chain(&g_theta).all(|g| g.is_finite()));
+        }
+        let shared = shared.unwrap();
+        let alone: usize = (0..100)
+            .map(|p| {
+                let (y0, theta) = lv_tensors(&thetas[p..=p], &y0s[p..=p], DType::F32, &device);
+                let s = ode_rk45(lotka_volterra, y0, 0.0, &ts, &theta, &opts).unwrap().stats;
+                s.accepted_steps + s.rejected_steps
+            })
+            .sum();
+        println!(
+            "LV n=100 T=20 f32 flex rel_tol {:e} abs_tol {:e}: solve {:.1} ms, solve+gradient {:.1} ms; shared steps {} \
+             ({} rejected); particles alone: mean {:.1} steps",
+            opts.rel_tol,
+            opts.abs_tol,
+            median_ms(forward),
+            median_ms(with_grad),
+            shared.accepted_steps + shared.rejected_steps,
+            shared.rejected_steps,
+            alone as f64 / 100.0
+        );
     }
 }
