@@ -452,6 +452,7 @@ fn lotka_volterra_100_particles_timing_and_shared_steps() {
         let (y0, theta) = lv_tensors(&thetas, &y0s, DType::F32, &device);
         let mut forward = vec![];
         let mut with_grad = vec![];
+        let mut tracked_forward = vec![];
         let mut shared = None;
         for _ in 0..5 {
             let start = std::time::Instant::now();
@@ -459,6 +460,11 @@ fn lotka_volterra_100_particles_timing_and_shared_steps() {
             let _ = host(&sol.states);
             forward.push(start.elapsed().as_secs_f64() * 1e3);
             shared = Some(sol.stats);
+            let start = std::time::Instant::now();
+            let tracked = theta.clone().autodiff().require_grad();
+            let sol = ode_rk45(lotka_volterra, y0.clone().autodiff(), 0.0, &ts, &tracked, &opts).unwrap();
+            let _ = host(&sol.states);
+            tracked_forward.push(start.elapsed().as_secs_f64() * 1e3);
             let start = std::time::Instant::now();
             let (_, g_y0, g_theta) = value_and_grad2(y0.clone(), theta.clone(), |y0, theta| {
                 let sol = ode_rk45(lotka_volterra, y0, 0.0, &ts, &theta, &opts).unwrap();
@@ -478,11 +484,12 @@ fn lotka_volterra_100_particles_timing_and_shared_steps() {
             })
             .sum();
         println!(
-            "LV n=100 T=20 f32 flex rel_tol {:e} abs_tol {:e}: solve {:.1} ms, solve+gradient {:.1} ms; shared steps {} \
+            "LV n=100 T=20 f32 flex rel_tol {:e} abs_tol {:e}: solve {:.1} ms, tracked solve {:.1} ms, solve+gradient {:.1} ms; shared steps {} \
              ({} rejected); particles alone: mean {:.1} steps",
             opts.rel_tol,
             opts.abs_tol,
             median_ms(forward),
+            median_ms(tracked_forward),
             median_ms(with_grad),
             shared.accepted_steps + shared.rejected_steps,
             shared.rejected_steps,
