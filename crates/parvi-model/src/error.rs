@@ -57,4 +57,7 @@ pub enum ModelError {
     #[error("{0} cannot be sampled with tensor-valued parameters: give scalars")]
     /// Sampling was asked of a distribution whose parameters are tensors, not scalars.
     NotSampleable(&'static str),
+    #[error(transparent)]
+    /// An ODE solve failed or was given bad arguments ([`crate::ode`]).
+    Ode(#[from] crate::ode::OdeError),
 }
