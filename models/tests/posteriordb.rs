@@ -426,17 +426,31 @@ fn reference_points(direct: &Direct, reference: &ReferenceDraws) -> (Vec<Vec<f64
 // ---------------------------------------------------------------------------------------------
 // The suite.
 
+/// The shared suite's first ten posteriors, which [`Direct`] evaluates.
+fn original() -> &'static [&'static str] {
+    &NAMES[..10]
+}
+
 #[test]
 fn names_and_aliases_resolve() {
-    assert_eq!(NAMES.len(), 10);
-    for (full, alias) in NAMES.iter().zip(posteriordb::ALIASES) {
-        assert_eq!(posteriordb::full_name(full).unwrap(), *full);
-        assert_eq!(posteriordb::full_name(alias).unwrap(), *full);
+    let Some(dir) = suite("names_and_aliases_resolve") else { return };
+    assert_eq!(NAMES.len(), 22);
+    for (full, alias) in original().iter().zip(posteriordb::ALIASES) {
+        assert_eq!(posteriordb::resolve(full, &dir).unwrap(), dir.join(full));
+        assert_eq!(posteriordb::resolve(alias, &dir).unwrap(), dir.join(full));
     }
-    let err = posteriordb::full_name("eight_school").unwrap_err();
+    // By model name where the suite holds one posterior of it.
+    assert_eq!(posteriordb::resolve("nes", &dir).unwrap(), dir.join("nes1972-nes"));
+    let listed = posteriordb::list(&dir).unwrap();
+    assert_eq!(listed.len(), 22, "{listed:?}");
+    for entry in &listed {
+        assert!(NAMES.contains(&entry.name.as_str()), "{}", entry.name);
+        assert!(posteriordb::MODELS.contains(&entry.model.as_str()), "{}", entry.model);
+    }
+    let err = posteriordb::resolve("eight_school", &dir).unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, PosteriorDbError::UnknownPosterior { .. }));
-    assert!(msg.contains("eight_school") && msg.contains("diamonds-diamonds") && msg.contains("(kidiq)"), "{msg}");
+    assert!(msg.contains("eight_school") && msg.contains("diamonds-diamonds") && msg.contains("kidiq"), "{msg}");
 }
 
 /// Every model's log density against the direct computation, as differences from a first point
@@ -447,18 +461,22 @@ fn names_and_aliases_resolve() {
 fn log_densities_match_the_stan_programs() {
     let Some(dir) = suite("log_densities_match_the_stan_programs") else { return };
     let device = flex();
-    for &name in NAMES {
+    for &name in original() {
         let model = posteriordb::load(name, &dir, &device).unwrap();
         assert_eq!(model.name(), name);
         assert!(model.deviation().is_none(), "{name}: {:?}", model.deviation());
         let reference = ReferenceDraws::load(name, &dir).unwrap();
-        assert_eq!(reference.names(), model.param_names().as_slice(), "{name}");
         assert_eq!((reference.chains(), reference.draws_per_chain()), (10, 1000), "{name}");
+        // The reference's columns are reported quantities of the model, under the same names.
+        let all_names = model.param_names();
+        for (column, name_in_reference) in reference.columns().iter().zip(reference.names()) {
+            assert_eq!(&all_names[*column], name_in_reference, "{name}");
+        }
         // The keys of the file, independently of the crate's reader.
         let raw: Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join(name).join("reference_draws.json")).unwrap())
                 .unwrap();
-        let names = model.param_names();
+        let names = reference.names().to_vec();
         for chain in raw.as_array().unwrap() {
             let mut keys: Vec<&String> = chain.as_object().unwrap().keys().collect();
             let mut sorted: Vec<&String> = names.iter().collect();
@@ -501,7 +519,9 @@ fn log_densities_match_the_stan_programs() {
             exact[0].sum, exact[0].magnitude
         );
 
+        let width = model.param_names().len();
         let reported = host_rows(&model.reported(matrix(&points, &device)));
+        let reported: Vec<Vec<f64>> = reported.iter().map(|row| reference.select(row, width)).collect();
         for (p, row) in points.iter().zip(&reported) {
             let expect = direct.reported(p);
             assert_eq!(row.len(), expect.len(), "{name}: reported width");
@@ -538,7 +558,7 @@ fn log_densities_match_the_stan_programs() {
 fn scores_match_finite_differences() {
     let Some(dir) = suite("scores_match_finite_differences") else { return };
     let device = flex();
-    for &name in NAMES {
+    for &name in original() {
         let model = posteriordb::load(name, &dir, &device).unwrap();
         let reference = ReferenceDraws::load(name, &dir).unwrap();
         let direct = Direct::new(&dir, name);
@@ -635,7 +655,7 @@ fn wgpu_matches_flex() {
         let on_flex = posteriordb::load(name, &dir, &device).unwrap();
         let on_wgpu = posteriordb::load(name, &dir, &wgpu).unwrap();
         let reference = ReferenceDraws::load(name, &dir).unwrap();
-        let direct = Direct::new(&dir, posteriordb::full_name(name).unwrap());
+        let direct = Direct::new(&dir, NAMES[posteriordb::ALIASES.iter().position(|a| *a == name).unwrap()]);
         let (typical, _) = reference_points(&direct, &reference);
         let points = &typical[..4];
         let a = to_vec_f32(&on_flex.log_prob(matrix(points, &device), None));

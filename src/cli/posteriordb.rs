@@ -11,8 +11,8 @@ use parvi_bench::reference::{NutsConfig, nuts_run};
 use parvi_infer::{AdapterConfig, EngineSpec, FitConfig, KernelConfig, MethodConfig, Precondition, fit};
 use parvi_model::tensor_ops::{matrix_from_vec, to_vec_f64};
 use parvi_model::{BackendKind, LogDensity};
-use parvi_models::posteriordb::compare::compare;
-use parvi_models::posteriordb::{self, PosteriorDbModel, ReferenceDraws};
+use parvi_models::posteriordb::compare::{Comparison, compare, compare_moments};
+use parvi_models::posteriordb::{self, PosteriorDbModel, ReferenceDraws, ReferenceMoments};
 use serde::Serialize;
 
 use super::method::{method_config, parse_options};
@@ -20,7 +20,8 @@ use super::write_atomic;
 
 #[derive(Args, Debug)]
 pub struct PosteriorDbArgs {
-    /// Posterior(s) by full name or alias, comma-separated, or `all`.
+    /// Posterior(s), comma-separated: a folder of the suite (any data set of a known model), a
+    /// posterior's name or alias, or `all` (every folder holding a `posterior.json`).
     #[arg(long, default_value = "all")]
     pub posterior: String,
     /// Method(s), comma-separated, `nuts` for parvi's NUTS, or `all` (every engine and NUTS).
@@ -109,10 +110,13 @@ pub fn run(args: PosteriorDbArgs) -> Result<()> {
         "none" => Precondition::None,
         other => bail!("invalid setting `--precondition`: `{other}` (expected laplace or none)"),
     };
-    let posteriors: Vec<&str> = if args.posterior == "all" {
-        posteriordb::NAMES.to_vec()
+    let posteriors: Vec<(String, PathBuf)> = if args.posterior == "all" {
+        posteriordb::list(&dir)?.into_iter().map(|e| (e.name, e.folder)).collect()
     } else {
-        args.posterior.split(',').map(|p| posteriordb::full_name(p.trim())).collect::<Result<_, _>>()?
+        args.posterior
+            .split(',')
+            .map(|p| Ok((p.trim().to_string(), posteriordb::resolve(p.trim(), &dir)?)))
+            .collect::<Result<_>>()?
     };
     let methods: Vec<String> = if args.method == "all" {
         MethodConfig::NAMES.iter().map(|m| m.to_string()).chain(["nuts".to_string()]).collect()
@@ -140,28 +144,24 @@ pub fn run(args: PosteriorDbArgs) -> Result<()> {
         "posterior", "method", "max|err|", "mean|err|", "max|sd-1|", "energy", "seconds", "evals"
     );
     let mut rows = Vec::new();
-    for name in posteriors {
-        let model = posteriordb::load(name, &dir, &device)?;
-        let reference = ReferenceDraws::load(name, &dir)?;
+    for (name, folder) in posteriors {
+        // A posterior whose model is unknown, or whose data or reference do not fit it, is a
+        // failed row naming the cause; the other posteriors still run.
+        let loaded = posteriordb::load_folder(&folder, &device)
+            .map_err(anyhow::Error::from)
+            .and_then(|model| Ok((Reference::for_model(&model)?, model)));
+        let (reference, model) = match loaded {
+            Ok(loaded) => loaded,
+            Err(e) => {
+                println!("{name:<42} {:<17} failed: {e:#}", "-");
+                rows.push(PosteriorDbRow::failed(&name, "-", &e));
+                continue;
+            }
+        };
         for method in &methods {
             let row = match run_one(&model, &reference, method, &options, precondition, &args, &device) {
                 Ok(row) => row,
-                Err(e) => PosteriorDbRow {
-                    posterior: name.to_string(),
-                    method: method.clone(),
-                    max_mean_error_sd: f64::NAN,
-                    mean_mean_error_sd: f64::NAN,
-                    max_sd_ratio_error: f64::NAN,
-                    distance: f64::NAN,
-                    seconds: f64::NAN,
-                    score_evals: 0,
-                    draws: 0,
-                    worst_parameter: String::new(),
-                    mean_error_sd: Vec::new(),
-                    sd_ratio: Vec::new(),
-                    diagnostics: None,
-                    error: Some(format!("{e:#}")),
-                },
+                Err(e) => PosteriorDbRow::failed(&name, method, &e),
             };
             match &row.error {
                 None => println!(
@@ -190,9 +190,67 @@ pub fn run(args: PosteriorDbArgs) -> Result<()> {
     Ok(())
 }
 
+/// What a posterior is compared with: reference draws, or (accel_gp) reference moments only.
+enum Reference {
+    Draws(ReferenceDraws),
+    Moments(ReferenceMoments),
+}
+
+impl Reference {
+    fn for_model(model: &PosteriorDbModel) -> Result<Self> {
+        if model.folder().join("reference_draws.json").is_file()
+            || !model.folder().join("reference_moments.json").is_file()
+        {
+            Ok(Reference::Draws(ReferenceDraws::for_model(model)?))
+        } else {
+            Ok(Reference::Moments(ReferenceMoments::for_model(model)?))
+        }
+    }
+
+    fn names(&self) -> &[String] {
+        match self {
+            Reference::Draws(r) => r.names(),
+            Reference::Moments(r) => r.names(),
+        }
+    }
+
+    /// The comparison of the model's reported draws `[rows, width]` with the reference.
+    fn compare(&self, reported: &[f64], width: usize, weights: Option<&[f64]>) -> Result<Comparison> {
+        Ok(match self {
+            Reference::Draws(r) => compare(r.values(), &r.select(reported, width), r.params(), weights)?,
+            Reference::Moments(r) => {
+                let selected: Vec<f64> =
+                    reported.chunks_exact(width.max(1)).flat_map(|row| r.columns().iter().map(|&j| row[j])).collect();
+                compare_moments(r.mean(), r.sd(), &selected, weights)?
+            }
+        })
+    }
+}
+
+impl PosteriorDbRow {
+    fn failed(posterior: &str, method: &str, error: &anyhow::Error) -> Self {
+        PosteriorDbRow {
+            posterior: posterior.to_string(),
+            method: method.to_string(),
+            max_mean_error_sd: f64::NAN,
+            mean_mean_error_sd: f64::NAN,
+            max_sd_ratio_error: f64::NAN,
+            distance: f64::NAN,
+            seconds: f64::NAN,
+            score_evals: 0,
+            draws: 0,
+            worst_parameter: String::new(),
+            mean_error_sd: Vec::new(),
+            sd_ratio: Vec::new(),
+            diagnostics: None,
+            error: Some(format!("{error:#}")),
+        }
+    }
+}
+
 fn run_one(
     model: &PosteriorDbModel,
-    reference: &ReferenceDraws,
+    reference: &Reference,
     method: &str,
     options: &toml::Table,
     precondition: Precondition,
@@ -228,10 +286,12 @@ fn run_one(
         (reported, weights, result.density_evals)
     };
     let seconds = started.elapsed().as_secs_f64();
-    let params = reference.params();
-    let draws = reported.len() / params.max(1);
-    let comparison = compare(reference.values(), &reported, params, weights.as_deref())
-        .map_err(|e| anyhow::anyhow!("{}: comparing with the reference: {e}", model.name()))?;
+    let width = model.param_names().len();
+    let draws = reported.len() / width.max(1);
+    let comparison = reference
+        .compare(&reported, width, weights.as_deref())
+        .map_err(|e| anyhow::anyhow!("{}: comparing with the reference: {e:#}", model.name()))?;
+    let params = reference.names().len();
     let summary = comparison.summary();
     let names = reference.names();
     let worst = (0..params)

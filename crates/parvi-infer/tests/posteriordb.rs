@@ -46,6 +46,7 @@ fn run_with_sd(posterior: &str, method: &str, config: FitConfig) -> Option<(Vec<
     let result = fit(&model, &spec, &config, &mut [], &device).unwrap();
     let reported = to_vec_f64(&model.reported(result.draws.positions.clone()));
     let weights = result.draws.weights.as_ref().map(to_vec_f64);
+    let reported = reference.select(&reported, model.param_names().len());
     let c = compare(reference.values(), &reported, reference.params(), weights.as_deref()).unwrap();
     Some((reference.names().iter().cloned().zip(c.mean_error_sd).collect(), c.sd_ratio, result))
 }

@@ -2,7 +2,7 @@
 
 use burn::tensor::Tensor;
 
-use crate::Minibatch;
+use crate::{Minibatch, ModelError};
 
 /// A log-joint density evaluated for all particles at once.
 ///
@@ -23,6 +23,13 @@ pub trait LogDensity {
     /// `log p(x)` for each particle, `[n, dim] -> [n]`. With a minibatch the likelihood is the
     /// batch's, scaled by `N / B` (see [`Minibatch::select`]).
     fn log_prob(&self, particles: Tensor<2>, batch: Option<&Minibatch>) -> Tensor<1>;
+
+    /// Why the last evaluation could not be completed, if it could not (an ODE solve that failed
+    /// at some particle): such an evaluation returns NaN for every particle, and the run loop's
+    /// divergence guard reports this error. Taking it clears it.
+    fn take_error(&self) -> Option<ModelError> {
+        None
+    }
 }
 
 impl<T: LogDensity + ?Sized> LogDensity for &T {
@@ -35,6 +42,9 @@ impl<T: LogDensity + ?Sized> LogDensity for &T {
     fn log_prob(&self, particles: Tensor<2>, batch: Option<&Minibatch>) -> Tensor<1> {
         (**self).log_prob(particles, batch)
     }
+    fn take_error(&self) -> Option<ModelError> {
+        (**self).take_error()
+    }
 }
 
 impl<T: LogDensity + ?Sized> LogDensity for Box<T> {
@@ -46,6 +56,9 @@ impl<T: LogDensity + ?Sized> LogDensity for Box<T> {
     }
     fn log_prob(&self, particles: Tensor<2>, batch: Option<&Minibatch>) -> Tensor<1> {
         (**self).log_prob(particles, batch)
+    }
+    fn take_error(&self) -> Option<ModelError> {
+        (**self).take_error()
     }
 }
 

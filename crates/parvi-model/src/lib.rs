@@ -15,11 +15,13 @@ pub mod dist;
 pub mod error;
 pub mod fused;
 pub mod grad;
+pub mod hmm;
 pub mod layers;
 pub mod layout;
 pub mod linalg;
 pub mod minibatch;
 pub mod ode;
+pub mod program;
 pub mod tensor_ops;
 
 pub use backend::BackendKind;

@@ -103,6 +103,30 @@ pub fn compare(
     Ok(Comparison { mean_error_sd, sd_ratio, energy_distance })
 }
 
+/// Compares approximate draws `approx` `[n, params]` (optional weights as in [`compare`]) with a
+/// reference given only by its moments (posteriordb's `accel_gp`): the errors of the means in
+/// reference sds and the sd ratios; the energy distance is NaN (no draws to measure it against).
+pub fn compare_moments(
+    ref_mean: &[f64],
+    ref_sd: &[f64],
+    approx: &[f64],
+    weights: Option<&[f64]>,
+) -> Result<Comparison, CompareError> {
+    let params = ref_mean.len();
+    if ref_sd.len() != params {
+        return Err(CompareError::Shape(format!("{params} reference means but {} sds", ref_sd.len())));
+    }
+    if let Some(param) = ref_sd.iter().position(|&s| s.is_nan() || s <= 0.0) {
+        return Err(CompareError::ConstantReference { param });
+    }
+    let n = rows(approx, params, "approximation")?;
+    let w = normalised_weights(weights, n)?;
+    let (mean, sd) = moments(approx, params, &w);
+    let mean_error_sd = (0..params).map(|j| (mean[j] - ref_mean[j]) / ref_sd[j]).collect();
+    let sd_ratio = (0..params).map(|j| sd[j] / ref_sd[j]).collect();
+    Ok(Comparison { mean_error_sd, sd_ratio, energy_distance: f64::NAN })
+}
+
 /// Validates a draw matrix and returns its row count.
 fn rows(draws: &[f64], params: usize, what: &str) -> Result<usize, CompareError> {
     if params == 0 || draws.is_empty() || !draws.len().is_multiple_of(params) {

@@ -9,7 +9,7 @@ use super::PosteriorDbError;
 
 /// The fields of one `data.json`, with what is needed to word an error.
 pub(crate) struct Data {
-    posterior: &'static str,
+    posterior: String,
     file: PathBuf,
     fields: Map<String, Value>,
 }
@@ -31,11 +31,12 @@ pub(crate) fn read_json(posterior: &str, file: &Path) -> Result<Value, Posterior
 }
 
 impl Data {
-    /// `dir/<posterior>/data.json`, which must be a JSON object.
-    pub(crate) fn read(posterior: &'static str, dir: &Path) -> Result<Self, PosteriorDbError> {
-        let file = dir.join(posterior).join("data.json");
+    /// Posterior `posterior`'s data file `file` (Stan's JSON data format), which must be a JSON
+    /// object.
+    pub(crate) fn read(posterior: &str, file: &Path) -> Result<Self, PosteriorDbError> {
+        let file = file.to_path_buf();
         match read_json(posterior, &file)? {
-            Value::Object(fields) => Ok(Self { posterior, file, fields }),
+            Value::Object(fields) => Ok(Self { posterior: posterior.to_string(), file, fields }),
             other => Err(PosteriorDbError::InvalidField {
                 posterior: posterior.to_string(),
                 file,

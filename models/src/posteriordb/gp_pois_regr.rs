@@ -193,7 +193,7 @@ mod tests {
         std::fs::create_dir(tmp.path().join(NAME)).unwrap();
         std::fs::write(tmp.path().join(NAME).join("data.json"), r#"{"N": 3, "x": [-2, 0, 3], "k": [1, 0, 4]}"#)
             .unwrap();
-        let data = Data::read(NAME, tmp.path()).unwrap();
+        let data = Data::read(NAME, &tmp.path().join(NAME).join("data.json")).unwrap();
         let device = parvi_model::BackendKind::Flex.device().unwrap();
         let (rho, alpha, f_tilde) = (1.5f64, 0.8f64, [0.3f64, -1.2, 0.7]);
         // Host Cholesky of alpha^2 exp(-d^2 / (2 rho^2)) + 1e-10 I.

@@ -1,39 +1,73 @@
-//! The posteriordb suite as ready-made models: ten posteriors from the Stan developers' database,
-//! each written in the DSL as its Stan program's log density (up to a constant) on Stan's
-//! unconstrained coordinates, with the log-Jacobian of every constraint as Stan adds it.
+//! The posteriordb suite as ready-made models: the Stan programs of the Stan developers' database
+//! of reference posteriors, keyed by posteriordb's `model_name` ([`MODELS`]), each written in the
+//! DSL as its Stan program's log density (up to a constant) on Stan's unconstrained coordinates,
+//! with the log-Jacobian of every constraint as Stan adds it.
 //!
-//! The suite folder holds one subfolder per posterior (`model.stan`, `data.json`,
-//! `reference_draws.json`, ...). [`load`] reads a posterior's data, checks it as Stan's data
-//! block would, and puts it on a device; [`ReferenceDraws::load`] reads the reference NUTS draws
-//! in the order of [`PosteriorDbModel::param_names`]; [`compare`] scores an approximation
-//! against them.
+//! A suite folder holds one subfolder per posterior (`posterior.json` naming the model and the
+//! data, `model.stan`, `data.json`, `reference_draws.json`, ...). [`list`] finds them, [`load`] and
+//! [`load_folder`] read a posterior's data with the checks Stan's data block makes and build its
+//! model on a device, whatever the data set of a known model; [`ReferenceDraws::load`] reads the
+//! reference NUTS draws (or [`ReferenceMoments`], where only moments exist); [`compare`] scores
+//! an approximation against them by parameter name.
 
 pub mod compare;
 mod data;
 mod linear;
 mod reference;
 
+#[cfg(any())] // PENDING-MERGE
+mod accel_gp;
 mod ark;
 mod diamonds;
-mod earnings;
 mod eight_schools;
 mod garch;
 mod gp_pois_regr;
-mod kidiq;
+#[cfg(any())] // PENDING-MERGE
+mod gp_regr;
+#[cfg(any())] // PENDING-MERGE
+mod hmm;
+mod lotka_volterra;
 mod low_dim_gauss_mix;
-mod mesquite;
+mod regressions;
 mod sblrc;
 
 use std::path::{Path, PathBuf};
 
 use burn::tensor::{Device, Tensor};
+use parvi_model::program::{Compiled, Program};
 use parvi_model::{LogDensity, Minibatch, ModelError, ParamLayout};
 use thiserror::Error;
 
 use data::Data;
-pub use reference::ReferenceDraws;
+pub use reference::{ReferenceDraws, ReferenceMoments};
+/// The Stan models parvi knows, by posteriordb `model_name`: a posterior folder runs if its
+/// `posterior.json` names one of these, whatever its data.
+pub const MODELS: &[&str] = &[
+    "eight_schools_noncentered",
+    "kidscore_momiq",
+    "kidscore_interaction",
+    "kidscore_mom_work",
+    "earn_height",
+    "logearn_height_male",
+    "logearn_interaction",
+    "logmesquite_logvas",
+    "logmesquite_logvash",
+    "mesquite",
+    "nes",
+    "blr",
+    "arK",
+    "garch11",
+    "low_dim_gauss_mix",
+    "gp_pois_regr",
+    "gp_regr",
+    "diamonds",
+    "hmm_example",
+    "hmm_drive_0",
+    "lotka_volterra",
+    "accel_gp",
+];
 
-/// The full names of the ten posteriors (their folder names in the suite).
+/// The posteriors of the shared suite (`../shared/posteriordb`), by folder name.
 pub const NAMES: &[&str] = &[
     "eight_schools-eight_schools_noncentered",
     "kidiq-kidscore_momiq",
@@ -45,9 +79,21 @@ pub const NAMES: &[&str] = &[
     "low_dim_gauss_mix-low_dim_gauss_mix",
     "gp_pois_regr-gp_pois_regr",
     "diamonds-diamonds",
+    "earnings-earn_height",
+    "earnings-logearn_height_male",
+    "kidiq-kidscore_interaction",
+    "kidiq_with_mom_work-kidscore_mom_work",
+    "mesquite-logmesquite_logvash",
+    "mesquite-mesquite",
+    "nes1972-nes",
+    "gp_pois_regr-gp_regr",
+    "hmm_example-hmm_example",
+    "bball_drive_event_0-hmm_drive_0",
+    "hudson_lynx_hare-lotka_volterra",
+    "mcycle_gp-accel_gp",
 ];
 
-/// Short names accepted by [`load`], in the order of [`NAMES`].
+/// Short names accepted by [`load`] for the first ten posteriors of [`NAMES`], in that order.
 pub const ALIASES: &[&str] = &[
     "eight_schools",
     "kidiq",
@@ -71,6 +117,16 @@ pub enum PosteriorDbError {
         /// The name asked for.
         name: String,
         /// The known full names with their aliases, comma-separated.
+        known: String,
+    },
+    /// `posterior.json` names a model parvi does not know.
+    #[error("posterior `{posterior}`: unknown model `{model}` (known models: {known})")]
+    UnknownModel {
+        /// The posterior's name.
+        posterior: String,
+        /// The `model_name` of its `posterior.json`.
+        model: String,
+        /// The known model names, comma-separated.
         known: String,
     },
     /// A file could not be read.
@@ -129,67 +185,169 @@ pub enum PosteriorDbError {
     },
 }
 
-/// The full name of a posterior from its full name or alias (ASCII case ignored).
-pub fn full_name(name: &str) -> Result<&'static str, PosteriorDbError> {
-    NAMES
-        .iter()
-        .zip(ALIASES)
-        .find(|(full, alias)| full.eq_ignore_ascii_case(name) || alias.eq_ignore_ascii_case(name))
-        .map(|(full, _)| *full)
-        .ok_or_else(|| PosteriorDbError::UnknownPosterior {
-            name: name.to_string(),
-            known: NAMES.iter().zip(ALIASES).map(|(f, a)| format!("{f} ({a})")).collect::<Vec<_>>().join(", "),
-        })
+/// One posterior folder of a suite: its name and the Stan model it names.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PosteriorEntry {
+    /// The posterior's name (`nes1972-nes`), from `posterior.json`.
+    pub name: String,
+    /// The Stan model (`nes`), from `posterior.json`'s `model_name`.
+    pub model: String,
+    /// The folder.
+    pub folder: PathBuf,
 }
 
-/// Loads posterior `name` (full name or alias) from the suite folder `dir` (the folder holding
-/// the ten subfolders), with its data tensors on `device`.
-pub fn load(name: &str, dir: &Path, device: &Device) -> Result<PosteriorDbModel, PosteriorDbError> {
-    let name = full_name(name)?;
-    let data = Data::read(name, dir)?;
-    let names = param_names(name, &data)?;
-    let target = build(name, &data, device)?;
-    debug_assert_eq!(names.len(), target.reported_dim());
-    Ok(PosteriorDbModel { name, target, names })
-}
-
-/// The reported parameter names of a posterior, from the sizes in its data.
-fn param_names(name: &'static str, data: &Data) -> Result<Vec<String>, PosteriorDbError> {
-    match name {
-        "eight_schools-eight_schools_noncentered" => eight_schools::param_names(data),
-        "kidiq-kidscore_momiq" => Ok(kidiq::param_names()),
-        "earnings-logearn_interaction" => Ok(earnings::param_names()),
-        "mesquite-logmesquite_logvas" => Ok(mesquite::param_names()),
-        "sblrc-blr" => sblrc::param_names(data),
-        "arK-arK" => ark::param_names(data),
-        "garch-garch11" => Ok(garch::param_names()),
-        "low_dim_gauss_mix-low_dim_gauss_mix" => Ok(low_dim_gauss_mix::param_names()),
-        "gp_pois_regr-gp_pois_regr" => gp_pois_regr::param_names(data),
-        "diamonds-diamonds" => diamonds::param_names(data),
-        _ => Err(unknown(name)),
+/// Every posterior folder of the suite folder `dir` (a subfolder holding a `posterior.json`),
+/// sorted by name. Folders without `posterior.json` are not posteriors and are left out.
+pub fn list(dir: &Path) -> Result<Vec<PosteriorEntry>, PosteriorDbError> {
+    let suite = dir.display().to_string();
+    let io = |error| PosteriorDbError::Io { posterior: suite.clone(), file: dir.to_path_buf(), error };
+    let mut entries = Vec::new();
+    for item in std::fs::read_dir(dir).map_err(io)? {
+        let folder = item.map_err(io)?.path();
+        if folder.join("posterior.json").is_file() {
+            entries.push(entry(&folder)?);
+        }
     }
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(entries)
 }
 
-fn build(name: &'static str, data: &Data, device: &Device) -> Result<Box<dyn Target>, PosteriorDbError> {
-    let target: Box<dyn Target> = match name {
-        "eight_schools-eight_schools_noncentered" => Box::new(eight_schools::EightSchools::new(data, device)?),
-        "kidiq-kidscore_momiq" => Box::new(kidiq::new(data, device)?),
-        "earnings-logearn_interaction" => Box::new(earnings::new(data, device)?),
-        "mesquite-logmesquite_logvas" => Box::new(mesquite::new(data, device)?),
-        "sblrc-blr" => Box::new(sblrc::new(data, device)?),
-        "arK-arK" => Box::new(ark::new(data, device)?),
-        "garch-garch11" => Box::new(garch::Garch::new(data, device)?),
-        "low_dim_gauss_mix-low_dim_gauss_mix" => Box::new(low_dim_gauss_mix::GaussMix::new(data, device)?),
-        "gp_pois_regr-gp_pois_regr" => Box::new(gp_pois_regr::GpPoisson::new(data, device)?),
-        "diamonds-diamonds" => Box::new(diamonds::Diamonds::new(data, device)?),
-        _ => return Err(unknown(name)),
+/// Reads `folder/posterior.json`: the posterior's name and `model_name`.
+pub fn entry(folder: &Path) -> Result<PosteriorEntry, PosteriorDbError> {
+    let fallback =
+        folder.file_name().map_or_else(|| folder.display().to_string(), |f| f.to_string_lossy().into_owned());
+    let file = folder.join("posterior.json");
+    let json = data::read_json(&fallback, &file)?;
+    let model = match json.get("model_name") {
+        Some(serde_json::Value::String(s)) if !s.is_empty() => s.clone(),
+        Some(other) => {
+            return Err(PosteriorDbError::InvalidField {
+                posterior: fallback,
+                file,
+                field: "model_name".into(),
+                reason: format!("expected a non-empty string, found {other}"),
+            });
+        }
+        None => return Err(PosteriorDbError::MissingField { posterior: fallback, file, field: "model_name".into() }),
     };
-    target.check().map_err(model_error(name))?;
-    Ok(target)
+    let name = match json.get("name") {
+        Some(serde_json::Value::String(s)) if !s.is_empty() => s.clone(),
+        _ => fallback,
+    };
+    Ok(PosteriorEntry { name, model, folder: folder.to_path_buf() })
 }
 
-fn unknown(name: &str) -> PosteriorDbError {
-    PosteriorDbError::UnknownPosterior { name: name.to_string(), known: NAMES.join(", ") }
+/// The folder of posterior `name` in the suite folder `dir`: a subfolder of that name, an alias
+/// of the shared suite's first ten ([`ALIASES`]), a posterior's name, or the model of exactly one
+/// posterior there (ASCII case ignored).
+pub fn resolve(name: &str, dir: &Path) -> Result<PathBuf, PosteriorDbError> {
+    if dir.join(name).join("posterior.json").is_file() {
+        return Ok(dir.join(name));
+    }
+    if let Some(i) = ALIASES.iter().position(|a| a.eq_ignore_ascii_case(name)) {
+        return Ok(dir.join(NAMES[i]));
+    }
+    let entries = list(dir)?;
+    if let Some(e) = entries.iter().find(|e| e.name.eq_ignore_ascii_case(name)) {
+        return Ok(e.folder.clone());
+    }
+    let by_model: Vec<_> = entries.iter().filter(|e| e.model.eq_ignore_ascii_case(name)).collect();
+    if let [one] = by_model.as_slice() {
+        return Ok(one.folder.clone());
+    }
+    let known: Vec<String> =
+        entries.iter().map(|e| e.name.clone()).chain(ALIASES.iter().map(|a| a.to_string())).collect();
+    let known = if by_model.len() > 1 {
+        format!("model `{name}` has {} posteriors here, name one of them: {}", by_model.len(), known.join(", "))
+    } else {
+        known.join(", ")
+    };
+    Err(PosteriorDbError::UnknownPosterior { name: name.to_string(), known })
+}
+
+/// Loads posterior `name` (a folder of `dir`, an alias, a posterior's name, or a model with one
+/// posterior there) from the suite folder `dir`, with its data tensors on `device`.
+pub fn load(name: &str, dir: &Path, device: &Device) -> Result<PosteriorDbModel, PosteriorDbError> {
+    load_folder(&resolve(name, dir)?, device)
+}
+
+/// Loads the posterior in `folder` (its `posterior.json` names the model, `data.json` holds the
+/// data): any data set of a known model runs.
+pub fn load_folder(folder: &Path, device: &Device) -> Result<PosteriorDbModel, PosteriorDbError> {
+    let entry = entry(folder)?;
+    let data = Data::read(&entry.name, &folder.join("data.json"))?;
+    load_model(&entry.name, &entry.model, &data, folder, device)
+}
+
+/// Loads model `model` (a posteriordb `model_name`, one of [`MODELS`]) with the Stan-format data
+/// file `data` (for example `nes` with another election year's data).
+pub fn load_data_file(model: &str, data: &Path, device: &Device) -> Result<PosteriorDbModel, PosteriorDbError> {
+    let parsed = Data::read(model, data)?;
+    load_model(model, model, &parsed, data.parent().unwrap_or(Path::new(".")), device)
+}
+
+fn load_model(
+    name: &str,
+    model: &str,
+    data: &Data,
+    folder: &Path,
+    device: &Device,
+) -> Result<PosteriorDbModel, PosteriorDbError> {
+    let (target, names) = build(name, model, data, device)?;
+    debug_assert_eq!(names.len(), target.reported_dim());
+    Ok(PosteriorDbModel {
+        name: name.to_string(),
+        model: model.to_string(),
+        folder: folder.to_path_buf(),
+        target,
+        names,
+    })
+}
+
+/// A built model and its reported names.
+type Built = (Box<dyn Target>, Vec<String>);
+
+fn built<T: Target + 'static>(target: T, names: Vec<String>) -> Result<Built, PosteriorDbError> {
+    Ok((Box::new(target), names))
+}
+
+/// A model written as a [`Program`]: compiled (which runs it once) and named by its layout.
+fn program<P: Program + 'static>(name: &str, program: P, device: &Device) -> Result<Built, PosteriorDbError> {
+    let compiled = Compiled::new(program, device).map_err(model_error(name))?;
+    let names = compiled.names().to_vec();
+    Ok((Box::new(compiled), names))
+}
+
+/// Model `model` on `data` (posterior `name` in errors), with its reported names.
+fn build(name: &str, model: &str, data: &Data, device: &Device) -> Result<Built, PosteriorDbError> {
+    let (target, names) = match model {
+        "eight_schools_noncentered" => program(name, eight_schools::EightSchools::new(data, device)?, device),
+        "blr" => built(sblrc::new(data, device)?, sblrc::param_names(data)?),
+        "arK" => built(ark::new(data, device)?, ark::param_names(data)?),
+        "garch11" => built(garch::Garch::new(data, device)?, garch::param_names()),
+        "low_dim_gauss_mix" => built(low_dim_gauss_mix::GaussMix::new(data, device)?, low_dim_gauss_mix::param_names()),
+        "gp_pois_regr" => built(gp_pois_regr::GpPoisson::new(data, device)?, gp_pois_regr::param_names(data)?),
+        "diamonds" => built(diamonds::Diamonds::new(data, device)?, diamonds::param_names(data)?),
+        "earn_height"
+        | "logearn_height_male"
+        | "kidscore_interaction"
+        | "kidscore_mom_work"
+        | "logmesquite_logvash"
+        | "mesquite"
+        | "nes" => program(name, regressions::new(model, data, device)?, device),
+        // PENDING-MERGE "gp_regr" => program(name, gp_regr::GpRegr::new(data, device)?, device),
+        // PENDING-MERGE "hmm_example" => program(name, hmm::HmmExample::new(data, device)?, device),
+        // PENDING-MERGE "hmm_drive_0" => program(name, hmm::HmmDrive::new(data, device)?, device),
+        "lotka_volterra" => program(name, lotka_volterra::LotkaVolterra::new(data, device)?, device),
+        // PENDING-MERGE "accel_gp" => program(name, accel_gp::AccelGp::new(data, device)?, device),
+        _ => Err(PosteriorDbError::UnknownModel {
+            posterior: name.to_string(),
+            model: model.to_string(),
+            known: MODELS.join(", "),
+        }),
+    }?;
+    target.check().map_err(model_error(name))?;
+    Ok((target, names))
 }
 
 /// What each posterior's module provides beyond its log density.
@@ -204,7 +362,7 @@ trait Target: LogDensity {
 
     /// Number of reported quantities.
     fn reported_dim(&self) -> usize {
-        self.layout().dim()
+        self.layout().constrained_dim()
     }
 
     /// How this build of the model departs from the Stan program, if it does.
@@ -225,7 +383,9 @@ trait Target: LogDensity {
 /// A loaded posterior: its model as a [`LogDensity`] on unconstrained particles, its layout, and
 /// the map to the quantities the reference draws report.
 pub struct PosteriorDbModel {
-    name: &'static str,
+    name: String,
+    model: String,
+    folder: PathBuf,
     target: Box<dyn Target>,
     names: Vec<String>,
 }
@@ -237,14 +397,24 @@ impl std::fmt::Debug for PosteriorDbModel {
 }
 
 impl PosteriorDbModel {
-    /// The full name (`eight_schools-eight_schools_noncentered`).
-    pub fn name(&self) -> &'static str {
-        self.name
+    /// The posterior's name (`eight_schools-eight_schools_noncentered`).
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
-    /// The short alias (`eight_schools`).
-    pub fn alias(&self) -> &'static str {
-        NAMES.iter().position(|n| *n == self.name).map_or(self.name, |i| ALIASES[i])
+    /// The Stan model's name (`eight_schools_noncentered`), posteriordb's `model_name`.
+    pub fn model_name(&self) -> &str {
+        &self.model
+    }
+
+    /// The folder it was read from (its reference draws are there).
+    pub fn folder(&self) -> &Path {
+        &self.folder
+    }
+
+    /// The short alias (`eight_schools`) of one of the shared suite's first ten, else the name.
+    pub fn alias(&self) -> &str {
+        NAMES.iter().position(|n| *n == self.name).and_then(|i| ALIASES.get(i)).copied().unwrap_or(&self.name)
     }
 
     /// The blocks of the unconstrained particle, in the Stan program's parameter order. Where
@@ -254,8 +424,8 @@ impl PosteriorDbModel {
         self.target.layout()
     }
 
-    /// The reported quantities' names in the reference draws' naming and order (`theta[1]`,
-    /// ..., `mu`, `tau`).
+    /// The reported quantities' names in Stan's naming and order (`theta[1]`, ..., `mu`, `tau`):
+    /// the reference draws hold these, or a subset of them.
     pub fn param_names(&self) -> Vec<String> {
         self.names.clone()
     }
@@ -289,6 +459,27 @@ impl LogDensity for PosteriorDbModel {
 
     fn log_prob(&self, particles: Tensor<2>, batch: Option<&Minibatch>) -> Tensor<1> {
         self.target.log_prob(particles, batch)
+    }
+
+    fn take_error(&self) -> Option<ModelError> {
+        self.target.take_error()
+    }
+}
+
+impl<P: Program> Target for Compiled<P> {
+    fn layout(&self) -> &ParamLayout {
+        Compiled::layout(self)
+    }
+
+    fn reported(&self, particles: Tensor<2>) -> Tensor<2> {
+        let [n, _] = particles.dims();
+        let device = particles.device();
+        // As `log_prob`: a failure that depends on the particles gives NaN rows, not a panic.
+        Compiled::reported(self, particles).unwrap_or_else(|_| Tensor::full([n, self.names().len()], f32::NAN, &device))
+    }
+
+    fn reported_dim(&self) -> usize {
+        self.names().len()
     }
 }
 

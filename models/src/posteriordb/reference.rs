@@ -4,46 +4,63 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::data::{Data, read_json};
-use super::{PosteriorDbError, full_name, param_names};
+use super::data::read_json;
+use super::{PosteriorDbError, PosteriorDbModel};
 
 /// Reference draws as a `[chains * draws, params]` row-major matrix (chain after chain), in
-/// `f64`, with columns in [`super::PosteriorDbModel::param_names`] order.
+/// `f64`, with columns in [`super::PosteriorDbModel::param_names`] order (those of the model's
+/// reported quantities that the reference holds: posteriordb leaves some out, e.g. eight
+/// schools' `theta_trans`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ReferenceDraws {
-    posterior: &'static str,
+    posterior: String,
     names: Vec<String>,
+    /// For each column, its index among the model's reported quantities.
+    columns: Vec<usize>,
     chains: usize,
     draws_per_chain: usize,
     values: Vec<f64>,
 }
 
 impl ReferenceDraws {
-    /// Reads `dir/<posterior>/reference_draws.json` for posterior `name` (full name or alias).
-    /// The column order and names come from the posterior's data (as [`super::load`] reports
-    /// them), and every chain must hold exactly those parameters, with the same number of draws.
+    /// Reads the reference draws of posterior `name` (see [`super::load`]) in the suite folder
+    /// `dir`; the model is built on the flex device to learn its reported names.
     pub fn load(name: &str, dir: &Path) -> Result<Self, PosteriorDbError> {
-        let posterior = full_name(name)?;
-        let names = param_names(posterior, &Data::read(posterior, dir)?)?;
-        Self::from_file(posterior, &dir.join(posterior).join("reference_draws.json"), &names)
+        let device = parvi_model::BackendKind::Flex.device().map_err(super::model_error(name))?;
+        Self::for_model(&super::load(name, dir, &device)?)
+    }
+
+    /// Reads `reference_draws.json` in the model's folder, with the model's reported names.
+    pub fn for_model(model: &PosteriorDbModel) -> Result<Self, PosteriorDbError> {
+        Self::from_file(model.name(), &model.folder().join("reference_draws.json"), &model.param_names())
     }
 
     /// Reads a reference-draws file (a JSON list of chains, each an object from parameter name to
-    /// its draws) with the columns `names`, for posterior `name`.
+    /// its draws) of posterior `name` whose model reports `names`. The columns are the names the
+    /// first chain holds, in `names` order; every chain holds exactly those, with the same number
+    /// of draws, and a parameter the model does not report is an error naming it.
     pub fn from_file(name: &str, file: &Path, names: &[String]) -> Result<Self, PosteriorDbError> {
-        let posterior = full_name(name)?;
+        let posterior = name.to_string();
         let invalid = |field: &str, reason: String| PosteriorDbError::InvalidField {
             posterior: posterior.to_string(),
             file: file.to_path_buf(),
             field: field.to_string(),
             reason,
         };
-        let Value::Array(chains) = read_json(posterior, file)? else {
+        let Value::Array(chains) = read_json(&posterior, file)? else {
             return Err(invalid("(top level)", "expected a JSON list of chains".into()));
         };
         if chains.is_empty() {
             return Err(invalid("(top level)", "the list of chains is empty".into()));
         }
+        let held =
+            |chain: &Value| -> Vec<usize> { (0..names.len()).filter(|&j| chain.get(&names[j]).is_some()).collect() };
+        let columns = held(&chains[0]);
+        if columns.is_empty() {
+            return Err(invalid("chain 1", format!("holds none of the model's parameters ({})", names.join(", "))));
+        }
+        let all_names = names;
+        let names: Vec<String> = columns.iter().map(|&j| all_names[j].clone()).collect();
         let mut draws_per_chain = None;
         let mut values = Vec::new();
         for (c, chain) in chains.iter().enumerate() {
@@ -51,7 +68,7 @@ impl ReferenceDraws {
             let Value::Object(chain) = chain else {
                 return Err(invalid(&chain_field, "expected an object from parameter name to draws".into()));
             };
-            if let Some(extra) = chain.keys().find(|k| !names.contains(k)) {
+            if let Some(extra) = chain.keys().find(|k| !all_names.contains(k)) {
                 return Err(invalid(
                     extra,
                     format!(
@@ -61,7 +78,7 @@ impl ReferenceDraws {
                 ));
             }
             let mut columns = Vec::with_capacity(names.len());
-            for name in names {
+            for name in &names {
                 let Some(Value::Array(draws)) = chain.get(name) else {
                     return Err(invalid(name, format!("{chain_field} lacks a list of draws for `{name}`")));
                 };
@@ -91,16 +108,28 @@ impl ReferenceDraws {
         }
         Ok(Self {
             posterior,
-            names: names.to_vec(),
+            names,
+            columns,
             chains: chains.len(),
             draws_per_chain: draws_per_chain.unwrap_or(0),
             values,
         })
     }
 
-    /// The posterior's full name.
-    pub fn posterior(&self) -> &'static str {
-        self.posterior
+    /// The posterior's name.
+    pub fn posterior(&self) -> &str {
+        &self.posterior
+    }
+
+    /// For each column, its index among the model's reported quantities.
+    pub fn columns(&self) -> &[usize] {
+        &self.columns
+    }
+
+    /// The reference's columns of a row-major `[rows, width]` matrix of the model's reported
+    /// quantities.
+    pub fn select(&self, reported: &[f64], width: usize) -> Vec<f64> {
+        reported.chunks_exact(width.max(1)).flat_map(|row| self.columns.iter().map(|&j| row[j])).collect()
     }
 
     /// Column names, in the model's reported order.
@@ -158,5 +187,78 @@ impl ReferenceDraws {
                 (ss / (self.rows().max(2) - 1) as f64).sqrt()
             })
             .collect()
+    }
+}
+
+/// Reference moments where a release holds no draws (posteriordb's `accel_gp`): the mean and sd of
+/// every parameter from `reference_moments.json`, in the model's reported order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReferenceMoments {
+    names: Vec<String>,
+    columns: Vec<usize>,
+    mean: Vec<f64>,
+    sd: Vec<f64>,
+}
+
+impl ReferenceMoments {
+    /// Reads `reference_moments.json` (`{"parameters": {name: {"mean": m, "sd": s}}}`) in the
+    /// model's folder.
+    pub fn for_model(model: &PosteriorDbModel) -> Result<Self, PosteriorDbError> {
+        let file = model.folder().join("reference_moments.json");
+        let names = model.param_names();
+        let invalid = |field: &str, reason: String| PosteriorDbError::InvalidField {
+            posterior: model.name().to_string(),
+            file: file.clone(),
+            field: field.to_string(),
+            reason,
+        };
+        let json = read_json(model.name(), &file)?;
+        let Some(Value::Object(params)) = json.get("parameters") else {
+            return Err(invalid("parameters", "expected an object from parameter name to its mean and sd".into()));
+        };
+        if let Some(extra) = params.keys().find(|k| !names.contains(k)) {
+            return Err(invalid(extra, format!("the model does not report `{extra}` ({})", names.join(", "))));
+        }
+        let (mut out_names, mut columns, mut mean, mut sd) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (j, name) in names.iter().enumerate() {
+            let Some(entry) = params.get(name) else { continue };
+            let number = |key: &str| {
+                entry.get(key).and_then(Value::as_f64).filter(|v| v.is_finite()).ok_or_else(|| {
+                    invalid(name, format!("`{key}` must be a finite number, found {:?}", entry.get(key)))
+                })
+            };
+            let s = number("sd")?;
+            if s <= 0.0 {
+                return Err(invalid(name, format!("`sd` must be > 0, found {s}")));
+            }
+            mean.push(number("mean")?);
+            sd.push(s);
+            out_names.push(name.clone());
+            columns.push(j);
+        }
+        if columns.is_empty() {
+            return Err(invalid("parameters", "holds none of the model's parameters".into()));
+        }
+        Ok(Self { names: out_names, columns, mean, sd })
+    }
+
+    /// Column names, in the model's reported order.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// For each column, its index among the model's reported quantities.
+    pub fn columns(&self) -> &[usize] {
+        &self.columns
+    }
+
+    /// The reference mean of every column.
+    pub fn mean(&self) -> &[f64] {
+        &self.mean
+    }
+
+    /// The reference standard deviation of every column.
+    pub fn sd(&self) -> &[f64] {
+        &self.sd
     }
 }

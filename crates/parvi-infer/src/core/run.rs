@@ -419,7 +419,11 @@ fn diagnose(model: &dyn LogDensity, last: &Particles, batch: Option<&Minibatch>)
     {
         return "a particle weight is non-finite".into();
     }
-    match score(model, last.positions.clone(), batch) {
+    let scored = score(model, last.positions.clone(), batch);
+    if let Some(e) = model.take_error() {
+        return format!("the model could not be evaluated: {e}");
+    }
+    match scored {
         Err(e) => format!("the score could not be computed: {e}"),
         Ok(s) => {
             let lp = to_vec_f32(&s.log_prob);
