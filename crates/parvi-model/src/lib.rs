@@ -19,6 +19,7 @@ pub mod layers;
 pub mod layout;
 pub mod linalg;
 pub mod minibatch;
+pub mod mvn;
 pub mod tensor_ops;
 
 pub use backend::BackendKind;
