@@ -555,3 +555,29 @@ fn old_cholesky(a: Tensor<3>) -> Tensor<3> {
     }
     l
 }
+
+/// ms per call of the pieces at `K = 100`, 100 particles, no autodiff.
+#[test]
+#[ignore]
+fn timing_pieces() {
+    let device = flex();
+    let (n, k) = (100, 100);
+    let (a, _) = spd_batch(n, k, 81);
+    let at = tensor(&a, [n, k, k], DType::F32, &device);
+    let l = cholesky(at.clone()).unwrap().0;
+    let v1 = tensor(&values(n * k, 82), [n, k, 1], DType::F32, &device);
+    let vk = tensor(&values(n * k * k, 83), [n, k, k], DType::F32, &device);
+    let time = |label: &str, f: &dyn Fn() -> Tensor<3>| {
+        host(&f().slice([0..1, 0..1, 0..1]));
+        let start = std::time::Instant::now();
+        for _ in 0..5 {
+            host(&f().slice([0..1, 0..1, 0..1]));
+        }
+        println!("{label:<40} {:8.2} ms", start.elapsed().as_secs_f64() * 1e3 / 5.0);
+    };
+    time("cholesky", &|| cholesky(at.clone()).unwrap().0);
+    time("solve M = 1", &|| triangular_solve(l.clone(), v1.clone(), Triangle::Lower, false).unwrap());
+    time("solve M = K", &|| triangular_solve(l.clone(), vk.clone(), Triangle::Lower, false).unwrap());
+    time("solve M = K transposed", &|| triangular_solve(l.clone(), vk.clone(), Triangle::Lower, true).unwrap());
+    time("matmul", &|| l.clone().matmul(vk.clone()));
+}
