@@ -86,8 +86,9 @@ pub fn cholesky_floored(a: Tensor<3>, floor: f64) -> Result<(Tensor<3>, Tensor<1
 pub fn cholesky_checked(a: Tensor<3>, name: &'static str) -> Result<Tensor<3>, ModelError> {
     let (l, pivots) = cholesky(a)?;
     let pivots = crate::tensor_ops::to_vec_f64(&pivots);
-    // `!(p > 0)` so that a NaN pivot fails too.
-    if let Some((i, p)) = pivots.iter().enumerate().find(|(_, p)| !(**p > 0.0)) {
+    // "Not greater than zero", written so that a NaN pivot fails too.
+    let bad = |p: &f64| p.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater);
+    if let Some((i, p)) = pivots.iter().enumerate().find(|(_, p)| bad(p)) {
         return Err(invalid(
             "cholesky",
             name,

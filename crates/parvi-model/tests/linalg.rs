@@ -224,11 +224,11 @@ fn log_det_and_exp_quad_cov_match_f64() {
         };
         assert_eq!(cov.dims(), [2, points, points]);
         let got = host(&cov);
-        for p in 0..2 {
+        for (p, (&al, &rh)) in alpha.iter().zip(&rho).enumerate() {
             for i in 0..points {
                 for j in 0..points {
                     let sq: f64 = (0..d).map(|c| (x[i * d + c] - x[j * d + c]).powi(2)).sum();
-                    let expected = alpha[p] * alpha[p] * (-sq / (2.0 * rho[p] * rho[p])).exp();
+                    let expected = al * al * (-sq / (2.0 * rh * rh)).exp();
                     let v = got[p * points * points + i * points + j];
                     assert!((v - expected).abs() < 1e-14, "particle {p} ({i}, {j}): {v} vs {expected}");
                 }

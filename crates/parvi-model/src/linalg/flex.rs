@@ -4,7 +4,7 @@
 //! primitive-op bodies make `K` rounds of slices, products and assignments. Other dtypes take
 //! the primitive-op bodies.
 
-use std::ops::{Add, Div, Mul, Sub};
+use std::ops::{Add, DivAssign, Mul, Sub, SubAssign};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn::backend::flex::FlexTensor;
@@ -96,7 +96,16 @@ impl LinalgOps for Flex {
 }
 
 /// The arithmetic the loops need, for `f32` and `f64`.
-trait Real: Copy + Element + Add<Output = Self> + Sub<Output = Self> + Mul<Output = Self> + Div<Output = Self> {
+trait Real:
+    Copy
+    + Element
+    + Add<Output = Self>
+    + Sub<Output = Self>
+    + Mul<Output = Self>
+    + std::ops::Div<Output = Self>
+    + SubAssign
+    + DivAssign
+{
     const ZERO: Self;
     const ONE: Self;
     fn sqrt(self) -> Self;
@@ -135,8 +144,8 @@ fn dot<T: Real>(x: &[T], y: &[T]) -> T {
     }
     for (a, b) in xc.zip(yc) {
         let (a, b): (&[T; 8], &[T; 8]) = (a.try_into().expect("chunk of 8"), b.try_into().expect("chunk of 8"));
-        for l in 0..8 {
-            acc[l] = acc[l] + a[l] * b[l];
+        for ((s, &x), &y) in acc.iter_mut().zip(a).zip(b) {
+            *s = *s + x * y;
         }
     }
     acc.iter().fold(rest, |s, &v| s + v)
@@ -144,7 +153,7 @@ fn dot<T: Real>(x: &[T], y: &[T]) -> T {
 
 /// `y[i] -= c x[i]`.
 fn axpy<T: Real>(y: &mut [T], c: T, x: &[T]) {
-    y.iter_mut().zip(x).for_each(|(yi, &xi)| *yi = *yi - c * xi);
+    y.iter_mut().zip(x).for_each(|(yi, &xi)| *yi -= c * xi);
 }
 
 /// Row-oriented Cholesky-Crout of each `k x k` matrix: `L[i, j] = (A[i, j] - L[i, :j] . L[j, :j])
@@ -188,7 +197,7 @@ fn cholesky_grad_batch<T: Real>(l: &[T], grad: &[T], m: usize, k: usize) -> Vec<
             for i in j + 1..k {
                 let c = g[i * k + j] / ljj;
                 g[i * k + j] = c;
-                gjj = gjj - c * l[i * k + j];
+                gjj -= c * l[i * k + j];
             }
             for i in j + 1..k {
                 let c = g[i * k + j];
@@ -248,7 +257,7 @@ fn solve_vector<T: Real>(t: &[T], x: &mut [T], k: usize, spec: SolveSpec) {
         // L^T x = b: once x_r is known, x[:r] -= x_r L[r, :r].
         (true, true) => {
             for r in (0..k).rev() {
-                x[r] = x[r] / t[r * k + r];
+                x[r] /= t[r * k + r];
                 let (head, tail) = x.split_at_mut(r);
                 axpy(head, tail[0], &t[r * k..r * k + r]);
             }
@@ -256,7 +265,7 @@ fn solve_vector<T: Real>(t: &[T], x: &mut [T], k: usize, spec: SolveSpec) {
         // U^T x = b: once x_r is known, x[r+1:] -= x_r U[r, r+1:].
         (false, true) => {
             for r in 0..k {
-                x[r] = x[r] / t[r * k + r];
+                x[r] /= t[r * k + r];
                 let (head, tail) = x.split_at_mut(r + 1);
                 axpy(tail, head[r], &t[r * k + r + 1..(r + 1) * k]);
             }
@@ -281,6 +290,6 @@ fn solve_matrix<T: Real>(t: &[T], x: &mut [T], k: usize, cols: usize, spec: Solv
             axpy(row_i, coeff(i, r), row_r);
         }
         let d = t[i * k + i];
-        x[i * cols..(i + 1) * cols].iter_mut().for_each(|xi| *xi = *xi / d);
+        x[i * cols..(i + 1) * cols].iter_mut().for_each(|xi| *xi /= d);
     }
 }

@@ -214,7 +214,8 @@ pub(crate) mod generic {
     }
 
     /// Reverse mode of `L = chol(A)` (Murray 2016, "Differentiation of the Cholesky
-    /// decomposition", eq. 10 with the symmetric convention of PyTorch's `cholesky_backward`):
+    /// decomposition", the reverse-mode formula, in the symmetric convention of PyTorch's
+    /// `cholesky_backward`):
     /// `P = Phi(L^T L_bar)`, `M = L^-T P L^-1`, `A_bar = (M + M^T) / 2`, with `Phi` the lower
     /// triangle and half the diagonal. Only `L_bar`'s lower triangle reaches `Phi(L^T L_bar)`'s
     /// lower triangle, so gradients on `L`'s structural zeros drop out.
