@@ -369,7 +369,8 @@ fn gradients_match_finite_differences_of_the_f64_evaluation() {
     for generic in [false, true] {
         set_generic_on_flex(generic);
         let wt = tensor(&w, [n, k, k], DType::F64, &device.clone().autodiff());
-        let yt = tensor(&y, [n, k], DType::F64, &device.clone().autodiff());
+        // Data on the plain device (the MVN mixes it with tracked parameters).
+        let yt = tensor(&y, [n, k], DType::F64, &device);
         let (value, gb, gv) = value_and_grad2(
             tensor(&b, [n, k, k], DType::F64, &device),
             tensor(&v, [n, k, c], DType::F64, &device),
@@ -409,7 +410,8 @@ fn exp_quad_cov_gradients_match_finite_differences() {
     let device = flex();
     let (points, d) = (6, 2);
     let x = values(points * d, 61);
-    let xt = tensor(&x, [points, d], DType::F64, &device.clone().autodiff());
+    // Data on the plain device, parameters on its autodiff twin, as in a model.
+    let xt = tensor(&x, [points, d], DType::F64, &device);
     let params = [0.8, 1.3, 1.7, 0.6]; // alpha, rho for two particles
     let f64_value = |alpha: f64, rho: f64| -> f64 {
         // log det of (K + I) via the f64 Cholesky: a GP marginal-likelihood-like scalar.
@@ -589,4 +591,41 @@ fn timing_pieces() {
     time("solve M = K", &|| triangular_solve(l.clone(), vk.clone(), Triangle::Lower, false).unwrap());
     time("solve M = K transposed", &|| triangular_solve(l.clone(), vk.clone(), Triangle::Lower, true).unwrap());
     time("matmul", &|| l.clone().matmul(vk.clone()));
+}
+
+#[test]
+fn a_zero_mean_mvn_on_plain_data_differentiates_through_its_factor() {
+    // The solve's right-hand side is untracked data, its matrix a tracked factor.
+    let device = flex();
+    let (n, k, m) = (2, 3, 4);
+    let (_, b) = spd_batch(n, k, 91);
+    let data = values(m * k, 92);
+    let yt = tensor(&data, [m, k], DType::F64, &device);
+    let (value, g) = value_and_grad(tensor(&b, [n, k, k], DType::F64, &device), |b| {
+        let eye = Tensor::<2>::eye(k, &b.device()).cast(DType::F64).unsqueeze::<3>();
+        let a = b.clone().matmul(b.swap_dims(1, 2)) + eye.mul_scalar(0.5 * k as f64);
+        let l = cholesky(a).unwrap().0;
+        MultiNormalCholesky::new(None, l).unwrap().log_prob_data(yt.clone()).unwrap()
+    })
+    .unwrap();
+    let f = |b: &[f64]| -> f64 {
+        (0..n)
+            .map(|p| {
+                let a = spd_from(&b[p * k * k..][..k * k], k, 0.5 * k as f64);
+                (0..m).map(|r| mvn_lpdf(&data[r * k..][..k], &[0.0; 3], &a, k)).sum::<f64>()
+            })
+            .sum()
+    };
+    assert!((host(&value).iter().sum::<f64>() - f(&b)).abs() < 1e-10);
+    let h = 1e-6;
+    let fd: Vec<f64> = (0..b.len())
+        .map(|i| {
+            let (mut up, mut down) = (b.clone(), b.clone());
+            up[i] += h;
+            down[i] -= h;
+            (f(&up) - f(&down)) / (2.0 * h)
+        })
+        .collect();
+    let err = max_rel_err(&host(&g), &fd);
+    assert!(err < 1e-6, "gradient off by {err}");
 }
