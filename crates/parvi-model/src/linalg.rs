@@ -3,11 +3,12 @@
 //! backward pass (burn 0.22 has neither), the log-determinant from a factor, Stan's
 //! squared-exponential covariance, and a host-side `f64` Cholesky for small systems.
 //!
-//! On flex the factorisation and the solve run as native loops over each matrix of the batch;
-//! on other backends (and for dtypes other than `f32`/`f64`) they are built from `K` rounds of
-//! burn's primitive operations. Either way autodiff records one node per call, and the backward
-//! pass is a product and two triangular solves (`docs/linalg.md` has the timings).
+//! On flex the factorisation, the solve and the factorisation's reverse pass run as native loops
+//! over each matrix of the batch; on other backends (and for dtypes other than `f32`/`f64`) they
+//! are built from `K` rounds of burn's primitive operations. Either way autodiff records one node
+//! per call (`docs/linalg.md` has the timings against the old column-by-column factor).
 
+use burn::backend::Dispatch;
 use burn::tensor::Tensor;
 
 use crate::ModelError;
@@ -18,8 +19,6 @@ mod ops;
 #[doc(hidden)]
 pub use flex::set_generic_on_flex;
 use ops::{LinalgOps, SolveSpec};
-
-use burn::backend::Dispatch;
 
 /// The pivot floor of [`cholesky`]: the smallest positive normal `f32`, as in
 /// [`batched_cholesky`] before it, so a non-positive pivot leaves a finite factor.
@@ -48,8 +47,8 @@ pub fn diagonal(a: Tensor<3>) -> Tensor<2> {
 /// `[m, K, K]` (their lower triangles are read), and each matrix's smallest pivot `[m]` (the
 /// squared diagonal of `l` before the square root).
 ///
-/// One autodiff node: the backward pass is Murray's (2016) reverse-mode formula, a product and
-/// two triangular solves. A pivot `<= 0` means the matrix is not positive definite: it is raised
+/// One autodiff node whose backward pass is Murray's (2016) reverse mode: the unblocked
+/// algorithm natively on flex, a product and two triangular solves elsewhere. A pivot `<= 0` means the matrix is not positive definite: it is raised
 /// to [`DEFAULT_PIVOT_FLOOR`] so the factor stays finite where the arithmetic allows, and the
 /// pivot reports it (NaN entries give a NaN pivot); the factor and its gradient mean nothing for
 /// that matrix, so the caller rejects it (a model gives that particle `-inf`, or see
