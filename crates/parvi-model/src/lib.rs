@@ -20,6 +20,7 @@ pub mod layers;
 pub mod layout;
 pub mod linalg;
 pub mod minibatch;
+pub mod mvn;
 pub mod ode;
 pub mod program;
 pub mod tensor_ops;

@@ -1,81 +1,198 @@
-//! Dense linear algebra below models and engines: a batched Cholesky on the device (burn 0.22
-//! has none) and a host-side `f64` Cholesky for small systems.
+//! Dense linear algebra below models and engines, batched over a leading particle axis:
+//! the Cholesky factorisation and the triangular solve as single autodiff nodes with their own
+//! backward pass (burn 0.22 has neither), the log-determinant from a factor, Stan's
+//! squared-exponential covariance, and a host-side `f64` Cholesky for small systems.
+//!
+//! On flex the factorisation, the solve and the factorisation's reverse pass run as native loops
+//! over each matrix of the batch; on other backends (and for dtypes other than `f32`/`f64`) they
+//! are built from `K` rounds of burn's primitive operations. Either way autodiff records one node
+//! per call (`docs/linalg.md` has the timings against the old column-by-column factor).
 
+use burn::backend::Dispatch;
 use burn::tensor::Tensor;
 
-/// Cholesky factors of a batch of symmetric matrices `a` `[m, n, n]`: lower-triangular `l` with
-/// `l l^T = a`, and the smallest pivot (the squared diagonal of `l` before the square root) over
-/// the whole batch as a `[1]` tensor.
-///
-/// Column-by-column (Cholesky-Crout): `n` rounds of a `[m, n - j, j] x [m, j, 1]` batched product,
-/// so the cost is `O(m n^3)` flops in `O(n)` tensor operations and no host read. A pivot `<= 0`
-/// means the matrix is not positive definite; it is clamped to a tiny positive value so the result
-/// stays finite, and the caller decides from the returned minimum pivot whether to accept it.
-pub fn batched_cholesky(a: Tensor<3>) -> (Tensor<3>, Tensor<1>) {
-    let [m, n, n2] = a.dims();
-    assert_eq!(n, n2, "batched_cholesky needs square matrices, got [{m}, {n}, {n2}]");
-    let device = a.device();
-    let mut l = Tensor::<3>::zeros([m, n, n], &device);
-    let mut pivots = Vec::with_capacity(n);
-    for j in 0..n {
-        let mut column = a.clone().slice([0..m, j..n, j..j + 1]); // [m, n - j, 1]
-        if j > 0 {
-            let below = l.clone().slice([0..m, j..n, 0..j]); // [m, n - j, j]
-            let row = l.clone().slice([0..m, j..j + 1, 0..j]); // [m, 1, j]
-            column = column - below.matmul(row.swap_dims(1, 2));
-        }
-        let pivot = column.clone().slice([0..m, 0..1, 0..1]); // [m, 1, 1]
-        pivots.push(pivot.clone().reshape([m]));
-        let root = pivot.clamp_min(f32::MIN_POSITIVE as f64).sqrt();
-        l = l.slice_assign([0..m, j..n, j..j + 1], column / root);
-    }
-    let min_pivot = Tensor::cat(pivots, 0).min();
-    (l, min_pivot)
+use crate::ModelError;
+
+mod flex;
+mod ops;
+
+#[doc(hidden)]
+pub use flex::set_generic_on_flex;
+use ops::{LinalgOps, SolveSpec};
+
+/// The pivot floor of [`cholesky`]: the smallest positive normal `f32`, as in
+/// [`batched_cholesky`] before it, so a non-positive pivot leaves a finite factor.
+pub const DEFAULT_PIVOT_FLOOR: f64 = f32::MIN_POSITIVE as f64;
+
+fn invalid(dist: &'static str, name: &'static str, reason: String) -> ModelError {
+    ModelError::InvalidParameter { dist, name, reason }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::tensor_ops::to_vec_f32;
-    use burn::tensor::{Device, TensorData};
-
-    fn device() -> Device {
-        crate::BackendKind::Flex.device().unwrap()
+fn square_dims(op: &'static str, name: &'static str, a: &Tensor<3>) -> Result<(usize, usize), ModelError> {
+    let [m, k, k2] = a.dims();
+    if k != k2 || k == 0 {
+        return Err(invalid(op, name, format!("needs a batch of non-empty square matrices, got [{m}, {k}, {k2}]")));
     }
+    Ok((m, k))
+}
 
-    #[test]
-    fn factors_reproduce_a_batch_of_spd_matrices() {
-        let device = device();
-        // Two SPD matrices: B B^T + I for fixed B.
-        let b: Vec<f32> = (0..2 * 9).map(|i| ((i * 7 % 11) as f32 - 5.0) / 4.0).collect();
-        let b = Tensor::<3>::from_data(TensorData::new(b, [2, 3, 3]), &device);
-        let a = b.clone().matmul(b.swap_dims(1, 2)) + Tensor::<2>::eye(3, &device).unsqueeze::<3>();
-        let (l, min_pivot) = batched_cholesky(a.clone());
-        let back = l.clone().matmul(l.clone().swap_dims(1, 2));
-        let (a, back, l) = (to_vec_f32(&a), to_vec_f32(&back), to_vec_f32(&l));
-        for (x, y) in a.iter().zip(&back) {
-            assert!((x - y).abs() < 1e-4, "{x} vs {y}");
+/// The diagonals of a batch of square matrices `[m, K, K]`: `[m, K]`.
+pub fn diagonal(a: Tensor<3>) -> Tensor<2> {
+    let [m, k, _] = a.dims();
+    let eye = Tensor::<2>::eye(k, &a.device()).cast(a.dtype()).unsqueeze::<3>();
+    (a * eye).sum_dim(2).reshape([m, k])
+}
+
+/// Lower Cholesky factors `l` `[m, K, K]` of the symmetric positive-definite matrices `a`
+/// `[m, K, K]` (their lower triangles are read), and each matrix's smallest pivot `[m]` (the
+/// squared diagonal of `l` before the square root).
+///
+/// One autodiff node whose backward pass is Murray's (2016) reverse mode: the unblocked
+/// algorithm natively on flex, a product and two triangular solves elsewhere. A pivot `<= 0` means the matrix is not positive definite: it is raised
+/// to [`DEFAULT_PIVOT_FLOOR`] so the factor stays finite where the arithmetic allows, and the
+/// pivot reports it (NaN entries give a NaN pivot); the factor and its gradient mean nothing for
+/// that matrix, so the caller rejects it (a model gives that particle `-inf`, or see
+/// [`cholesky_checked`]). No host read.
+///
+/// # Errors
+/// If the matrices are not square or empty.
+pub fn cholesky(a: Tensor<3>) -> Result<(Tensor<3>, Tensor<1>), ModelError> {
+    cholesky_floored(a, DEFAULT_PIVOT_FLOOR)
+}
+
+/// [`cholesky`] with pivots below `floor` raised to `floor` (e.g. a small multiple of the
+/// diagonal jitter, as `gp_pois_regr` does); the reported pivots are the unraised ones.
+///
+/// # Errors
+/// If the matrices are not square or empty, or `floor` is not positive and finite.
+pub fn cholesky_floored(a: Tensor<3>, floor: f64) -> Result<(Tensor<3>, Tensor<1>), ModelError> {
+    let (m, k) = square_dims("cholesky", "a", &a)?;
+    if !(floor.is_finite() && floor > 0.0) {
+        return Err(invalid("cholesky", "floor", format!("must be positive and finite, got {floor}")));
+    }
+    let l: Tensor<3> = Tensor::from_dispatch(<Dispatch as LinalgOps>::cholesky(a.clone().into_dispatch(), floor));
+    // The pivots, A_jj - sum_{k<j} L_jk^2, recomputed off the graph: a diagnostic, O(m K^2).
+    let (a, lc) = (a.detach(), l.clone().detach());
+    let pivots = diagonal(a) - lc.tril(-1).square().sum_dim(2).reshape([m, k]);
+    Ok((l, pivots.min_dim(1).reshape([m])))
+}
+
+/// [`cholesky`] that reads the pivots back to the host and refuses a matrix that is not
+/// positive definite, naming `name`, the matrix's index in the batch and its pivot.
+///
+/// # Errors
+/// As [`cholesky`], and if a pivot is not positive (or is NaN).
+pub fn cholesky_checked(a: Tensor<3>, name: &'static str) -> Result<Tensor<3>, ModelError> {
+    let (l, pivots) = cholesky(a)?;
+    let pivots = crate::tensor_ops::to_vec_f64(&pivots);
+    // "Not greater than zero", written so that a NaN pivot fails too.
+    let bad = |p: &f64| p.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater);
+    if let Some((i, p)) = pivots.iter().enumerate().find(|(_, p)| bad(p)) {
+        return Err(invalid(
+            "cholesky",
+            name,
+            format!("matrix {i} of the batch is not positive definite (smallest pivot {p:e})"),
+        ));
+    }
+    Ok(l)
+}
+
+/// Cholesky factors of a batch of symmetric matrices `a` `[m, n, n]`: lower-triangular `l` with
+/// `l l^T = a`, and the smallest pivot over the whole batch as a `[1]` tensor; [`cholesky`] with
+/// the batch's minimum pivot, kept for its callers (SGLD+R's block factorisations).
+///
+/// # Panics
+/// If the matrices are not square or empty.
+pub fn batched_cholesky(a: Tensor<3>) -> (Tensor<3>, Tensor<1>) {
+    match cholesky(a) {
+        Ok((l, pivots)) => (l, pivots.min()),
+        Err(e) => panic!("batched_cholesky: {e}"),
+    }
+}
+
+/// Which triangle of a matrix a [`triangular_solve`] reads (diagonal included; the other
+/// triangle is ignored).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Triangle {
+    /// The lower triangle, as a Cholesky factor `L`.
+    Lower,
+    /// The upper triangle.
+    Upper,
+}
+
+/// `X` `[n, K, M]` with `T X = B`, or `T^T X = B` when `transpose`, for `T` the `triangle` of
+/// `t` `[n, K, K]` and `b` `[n, K, M]`; a batch of one on either side is shared by the other's.
+///
+/// One autodiff node (Giles 2008: `B_bar = T^-T X_bar`, `T_bar = -B_bar X^T` on `T`'s triangle).
+///
+/// # Errors
+/// If `t` is not a batch of square matrices, `b` has another number of rows, or the batches
+/// differ (and neither is one).
+pub fn triangular_solve(
+    t: Tensor<3>,
+    b: Tensor<3>,
+    triangle: Triangle,
+    transpose: bool,
+) -> Result<Tensor<3>, ModelError> {
+    let (nt, k) = square_dims("triangular_solve", "t", &t)?;
+    let [nb, rows, cols] = b.dims();
+    if rows != k {
+        return Err(invalid("triangular_solve", "b", format!("has {rows} rows for {k} x {k} matrices")));
+    }
+    let n = match (nt, nb) {
+        _ if nt == nb => nt,
+        (1, _) => nb,
+        (_, 1) => nt,
+        _ => {
+            return Err(invalid("triangular_solve", "b", format!("batch of {nb} against {nt} matrices")));
         }
-        // Strictly upper entries are zero, diagonal positive.
-        for m in 0..2 {
-            for i in 0..3 {
-                assert!(l[m * 9 + i * 3 + i] > 0.0);
-                for j in i + 1..3 {
-                    assert_eq!(l[m * 9 + i * 3 + j], 0.0);
-                }
-            }
-        }
-        assert!(to_vec_f32(&min_pivot)[0] >= 1.0 - 1e-4, "pivots of B B^T + I are >= 1");
-    }
+    };
+    let t = if nt == n { t } else { t.expand([n, k, k]) };
+    let b = if nb == n { b } else { b.expand([n, k, cols]) };
+    let spec = SolveSpec { lower: triangle == Triangle::Lower, transpose };
+    Ok(Tensor::from_dispatch(<Dispatch as LinalgOps>::triangular_solve(t.into_dispatch(), b.into_dispatch(), spec)))
+}
 
-    #[test]
-    fn a_singular_matrix_shows_a_non_positive_pivot() {
-        let device = device();
-        let ones = Tensor::<3>::ones([1, 3, 3], &device);
-        let (l, min_pivot) = batched_cholesky(ones);
-        assert!(to_vec_f32(&min_pivot)[0] <= 1e-6);
-        assert!(crate::tensor_ops::all_finite(&l), "clamped pivots keep the factor finite");
+/// `log det(L L^T) = 2 sum_i log L_ii` for a batch of Cholesky factors `l` `[n, K, K]`: `[n]`.
+/// A non-positive diagonal entry gives NaN (`l` is not a Cholesky factor).
+pub fn log_det_from_cholesky(l: Tensor<3>) -> Tensor<1> {
+    let [n, _, _] = l.dims();
+    diagonal(l).log().sum_dim(1).reshape([n]).mul_scalar(2.0)
+}
+
+/// Stan's `gp_exp_quad_cov`: `alpha^2 exp(-|x_i - x_j|^2 / (2 rho^2))` for the data points `x`
+/// (`[N]`, or `[N, D]` with one point a row) and per-particle magnitudes `alpha` and length
+/// scales `rho` `[n, 1]`: `[n, N, N]`.
+///
+/// The squared distances are summed from coordinate differences (exact zero on the diagonal,
+/// never negative), once for all particles; autodiff goes through the elementwise operations.
+///
+/// # Errors
+/// If `x` has more than two axes or no points, or `alpha` and `rho` are not `[n, 1]` with one `n`.
+pub fn exp_quad_cov<const D: usize>(x: Tensor<D>, alpha: Tensor<2>, rho: Tensor<2>) -> Result<Tensor<3>, ModelError> {
+    let dims = x.dims();
+    let (points, coords) = match dims.as_slice() {
+        [p] => (*p, 1),
+        [p, d] => (*p, *d),
+        _ => return Err(invalid("gp_exp_quad_cov", "x", format!("must be [N] or [N, D], got {dims:?}"))),
+    };
+    if points == 0 || coords == 0 {
+        return Err(invalid("gp_exp_quad_cov", "x", format!("has no points: {dims:?}")));
     }
+    let ([n, one], [nr, one_r]) = (alpha.dims(), rho.dims());
+    if one != 1 || one_r != 1 || n != nr {
+        return Err(invalid(
+            "gp_exp_quad_cov",
+            "rho",
+            format!("alpha {:?} and rho {:?} must both be [n, 1]", alpha.dims(), rho.dims()),
+        ));
+    }
+    let x: Tensor<2> = x.reshape([points, coords]);
+    let diff = x.clone().unsqueeze_dim::<3>(1) - x.unsqueeze_dim::<3>(0); // [N, N, D]
+    let sq = diff.square().sum_dim(2).reshape([1, points, points]);
+    let inv_two_rho_sq = rho.square().mul_scalar(2.0).recip().reshape([n, 1, 1]);
+    let alpha_sq = alpha.square().reshape([n, 1, 1]);
+    Ok((sq.neg() * inv_two_rho_sq).exp() * alpha_sq)
 }
 
 /// Host-side dense Cholesky in `f64` with diagonal jitter, for small systems whose matrix is read
