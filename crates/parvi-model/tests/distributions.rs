@@ -1,0 +1,4 @@
+//! Distributions against independent f64 evaluations.
+
+#[test]
+fn builds() {}
