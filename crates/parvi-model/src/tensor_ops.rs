@@ -18,6 +18,13 @@ pub fn log_sum_exp<const D: usize>(x: Tensor<D>, dim: usize) -> Tensor<D> {
     (x - max.clone()).exp().sum_dim(dim).log() + max
 }
 
+/// Numerically stable `log softmax` along `dim`: `x - log_sum_exp(x)`, with the (detached)
+/// maximum subtracted inside [`log_sum_exp`], so no `exp` overflows and the largest entry's
+/// log-probability is exact to rounding.
+pub fn log_softmax<const D: usize>(x: Tensor<D>, dim: usize) -> Tensor<D> {
+    x.clone() - log_sum_exp(x, dim)
+}
+
 /// Numerically stable `log mean exp` along `dim`, keeping the dimension.
 pub fn log_mean_exp<const D: usize>(x: Tensor<D>, dim: usize) -> Tensor<D> {
     let n = x.dims()[dim] as f64;
