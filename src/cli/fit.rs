@@ -49,7 +49,8 @@ pub struct FitArgs {
     /// Step-size adapter: adagrad (with momentum, as Liu & Wang), adam, rmsprop or sgd [default: adagrad].
     #[arg(long)]
     pub adapter: Option<String>,
-    /// Kernel: rbf or imq [default: rbf].
+    /// Kernel: rbf, imq, or rbf-linear (the moment-matching kernel of Liu & Wang 2018: the RBF
+    /// plus x^T y / d + 1, whose SVGD fixed points have a Gaussian's mean and covariance) [default: rbf].
     #[arg(long)]
     pub kernel: Option<String>,
     /// Fixed RBF bandwidth h in exp(-r^2 / (2 h^2)) [default: median heuristic].
@@ -195,7 +196,8 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
     let kernel = match args.kernel.as_deref().unwrap_or("rbf") {
         "rbf" => KernelConfig::Rbf { bandwidth: args.bandwidth },
         "imq" => KernelConfig::Imq { c: 1.0, beta: -0.5 },
-        other => bail!("unknown kernel `{other}` (expected rbf or imq)"),
+        "rbf-linear" => KernelConfig::RbfLinear { bandwidth: args.bandwidth },
+        other => bail!("unknown kernel `{other}` (expected rbf, imq or rbf-linear)"),
     };
     let adapter = adapter_from_name(args.adapter.as_deref().unwrap_or("adagrad"), lr)?;
 
