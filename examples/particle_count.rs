@@ -5,12 +5,12 @@
 //! preconditioning), so this is the collapse a near-Gaussian posterior meets there.
 //!
 //! The sd ratio is `sqrt(mean_j var_j)` over the coordinates (population variances, the
-//! particles' own weights); SVGD starts from `N(0, I)` draws and runs `STEPS` steps of AdaGrad
-//! (0.05, the default); the ratio at `STEPS / 2` is printed beside it to show the run has
-//! settled. Also prints SVGD's ms/step for both kernels at every cell.
+//! particles' own weights); SVGD starts from `N(0, I)` draws and runs `steps` steps of AdaGrad
+//! (0.05, the default; 1000 unless given); the ratio half-way is printed beside it to show the run
+//! has settled. Also prints SVGD's ms/step for both kernels at every cell.
 //!
 //! ```text
-//! cargo run --release --features wgpu,mpi --example particle_count -- OUT.svg [max_n_times_d]
+//! cargo run --release --features wgpu,mpi --example particle_count -- OUT.svg [max_n_times_d] [steps]
 //! ```
 //!
 //! Cells with `n * n * d` above `max_n_times_d` (default `4e8`: about a minute a cell on one
@@ -25,7 +25,6 @@ use plotters::prelude::*;
 
 const DIMS: &[usize] = &[2, 5, 10, 20, 50, 100];
 const COUNTS: &[usize] = &[50, 100, 200, 500, 1000, 2000];
-const STEPS: usize = 1000;
 
 /// One cell: `(d, n, kernel, sd ratio at the end, at half-way, ms/step)`.
 type Cell = (usize, usize, &'static str, f64, f64, f64);
@@ -37,16 +36,16 @@ fn sd_ratio(p: &Particles) -> f64 {
     ((0..d).map(|j| cov[j * d + j]).sum::<f64>() / d as f64).sqrt()
 }
 
-/// The sd ratio half-way through the run.
-struct Halfway(Option<f64>);
+/// The sd ratio half-way through the run (every `.0` steps).
+struct Halfway(usize, Option<f64>);
 
 impl Callback for Halfway {
     fn every(&self) -> usize {
-        STEPS / 2
+        self.0
     }
 
     fn on_step(&mut self, _step: usize, particles: &Particles) -> Result<(), InferError> {
-        self.0.get_or_insert(sd_ratio(particles));
+        self.1.get_or_insert(sd_ratio(particles));
         Ok(())
     }
 }
@@ -55,6 +54,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let out = args.get(1).cloned().unwrap_or_else(|| "particle_count.svg".into());
     let max_work: f64 = args.get(2).map(|s| s.parse()).transpose()?.unwrap_or(4e8);
+    let steps: usize = args.get(3).map(|s| s.parse()).transpose()?.unwrap_or(1000);
     let device = BackendKind::Flex.device()?;
     let kernels =
         [("rbf", KernelConfig::Rbf { bandwidth: None }), ("rbf-linear", KernelConfig::RbfLinear { bandwidth: None })];
@@ -73,11 +73,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             for (name, kernel) in &kernels {
                 let start = Particles::gaussian(n, d, 0.0, 1.0, &mut EngineRng::new(1), &device)?;
                 let mut svgd = Svgd::new(kernel.build()?, AdapterConfig::adagrad(0.05).build()?);
-                let mut halfway = Halfway(None);
+                let mut halfway = Halfway((steps / 2).max(1), None);
                 let clock = Instant::now();
-                let run = Runner::new(&mut svgd, &target, start, RunConfig::new(STEPS, 0))?.run(&mut [&mut halfway])?;
-                let ms = 1e3 * clock.elapsed().as_secs_f64() / STEPS as f64;
-                let cell = (d, n, *name, sd_ratio(&run.particles), halfway.0.unwrap_or(f64::NAN), ms);
+                let run = Runner::new(&mut svgd, &target, start, RunConfig::new(steps, 0))?.run(&mut [&mut halfway])?;
+                let ms = 1e3 * clock.elapsed().as_secs_f64() / steps as f64;
+                let cell = (d, n, *name, sd_ratio(&run.particles), halfway.1.unwrap_or(f64::NAN), ms);
                 row.push(cell);
                 cells.push(cell);
             }
