@@ -32,6 +32,9 @@ pub enum BenchCommand {
 
 #[derive(Args, Debug)]
 pub struct SpeedArgs {
+    /// The shared kernel of the engines timed: rbf, imq or rbf-linear (the moment-matching kernel).
+    #[arg(long, default_value = "rbf")]
+    pub kernel: String,
     /// Backends to measure (repeatable) [default: ndarray and flex, plus wgpu when compiled in].
     #[arg(long)]
     pub backend: Vec<String>,
@@ -153,7 +156,8 @@ fn speed(args: SpeedArgs) -> Result<()> {
             eprintln!("note: no {name} files under {}; timing synthetic data of its shape", data_dir.display());
         }
     }
-    let mut timing = Timing { steps: args.steps, repeats: args.repeats, guard_every: 1 };
+    let kernel = super::method::kernel_from_name(&args.kernel, None)?;
+    let mut timing = Timing { steps: args.steps, repeats: args.repeats, guard_every: 1, kernel };
     let mut rows = Vec::new();
     println!("{:<28} {:<8} {:>9} {:>10} {:>14}", "workload", "backend", "particles", "ms/step", "reference ms");
     let mut emit = |row: SpeedRow| {
@@ -234,6 +238,8 @@ struct Timing {
     /// The run loop's divergence check interval: every step on a CPU, every 25 on wgpu, where
     /// each check waits for the queued GPU work.
     guard_every: usize,
+    /// The shared kernel.
+    kernel: parvi_infer::KernelConfig,
 }
 
 impl Timing {
@@ -241,7 +247,7 @@ impl Timing {
     /// warm-up run, through the real run loop.
     fn engine(&self, method: &str, model: &dyn LogDensity, start: &Particles, batch: Option<usize>) -> Result<f64> {
         let spec =
-            EngineSpec::new(MethodConfig::default_for(method)?, Default::default(), AdapterConfig::adagrad(1e-3));
+            EngineSpec::new(MethodConfig::default_for(method)?, self.kernel.clone(), AdapterConfig::adagrad(1e-3));
         let mut times = Vec::with_capacity(self.repeats);
         for rep in 0..=self.repeats {
             let mut engine = spec.build()?;

@@ -5,9 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use parvi_infer::CheckpointPolicy;
-use parvi_infer::{
-    FitConfig, KernelConfig, MethodConfig, Particles, Precondition, RunError, RunLabel, core::Checkpoint,
-};
+use parvi_infer::{FitConfig, MethodConfig, Particles, Precondition, RunError, RunLabel, core::Checkpoint};
 use parvi_model::BackendKind;
 use parvi_models::{BUILTIN_TARGETS, builtin_target};
 use serde::{Deserialize, Serialize};
@@ -49,7 +47,8 @@ pub struct FitArgs {
     /// Step-size adapter: adagrad (with momentum, as Liu & Wang), adam, rmsprop or sgd [default: adagrad].
     #[arg(long)]
     pub adapter: Option<String>,
-    /// Kernel: rbf or imq [default: rbf].
+    /// Kernel: rbf, imq, or rbf-linear (the moment-matching kernel of Liu & Wang 2018: the RBF
+    /// plus x^T y / d + 1, whose SVGD fixed points have a Gaussian's mean and covariance) [default: rbf].
     #[arg(long)]
     pub kernel: Option<String>,
     /// Fixed RBF bandwidth h in exp(-r^2 / (2 h^2)) [default: median heuristic].
@@ -84,6 +83,15 @@ pub struct FitArgs {
     #[arg(long)]
     #[serde(default)]
     pub quiet: bool,
+    /// Polish the answer: continue the stationarity check's MALA chains from the final particles
+    /// (step size adapted) until split R-hat <= 1.01 and bulk ESS >= 400, or --polish-steps, and
+    /// return their draws instead of the particles.
+    #[arg(long)]
+    #[serde(default)]
+    pub polish: bool,
+    /// The polish step's budget: MALA steps per chain after its warm-up [default: 5000].
+    #[arg(long)]
+    pub polish_steps: Option<usize>,
     /// Share the particles among the processes of an MPI job (`mpirun -np K parvi fit ...
     /// --distributed`; needs the `mpi` feature): the same particles as one process, rank 0
     /// prints and writes.
@@ -128,6 +136,8 @@ impl FitArgs {
             out: self.out.or(file.out),
             quiet: self.quiet || file.quiet,
             distributed: self.distributed || file.distributed,
+            polish: self.polish || file.polish,
+            polish_steps: self.polish_steps.or(file.polish_steps),
         })
     }
 }
@@ -192,11 +202,7 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
     if n == 0 {
         bail!("invalid setting `--particles`: need at least one particle, got 0");
     }
-    let kernel = match args.kernel.as_deref().unwrap_or("rbf") {
-        "rbf" => KernelConfig::Rbf { bandwidth: args.bandwidth },
-        "imq" => KernelConfig::Imq { c: 1.0, beta: -0.5 },
-        other => bail!("unknown kernel `{other}` (expected rbf or imq)"),
-    };
+    let kernel = super::method::kernel_from_name(args.kernel.as_deref().unwrap_or("rbf"), args.bandwidth)?;
     let adapter = adapter_from_name(args.adapter.as_deref().unwrap_or("adagrad"), lr)?;
 
     let device = backend.device()?;
@@ -244,6 +250,7 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
             engine_options: serde_json::to_value(&spec)?,
             particles: Some(n),
         },
+        polish: polish_config(args.polish, args.polish_steps)?,
         ..FitConfig::default()
     };
     let result = match parvi_infer::fit(target.density.as_ref(), &spec, &config, &mut [], &device) {
@@ -262,7 +269,8 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
     if !lead {
         return Ok(());
     }
-    // What stands for the posterior: an MCMC engine's collected draws, else the particles.
+    // What stands for the posterior: the polish step's draws, an MCMC engine's collected draws,
+    // else the particles.
     let particles = &result.draws;
     let (diagnostics, report) = (&result.diagnostics, result.report.clone());
     for w in &diagnostics.warnings {
@@ -322,6 +330,21 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
         out.display()
     );
     Ok(())
+}
+
+/// The polish step's settings from `--polish` and `--polish-steps` (which needs `--polish`).
+pub(crate) fn polish_config(
+    polish: bool,
+    steps: Option<usize>,
+) -> Result<Option<parvi_infer::evaluation::PolishConfig>> {
+    match (polish, steps) {
+        (false, Some(_)) => bail!("invalid setting `--polish-steps`: it sets the polish step's budget; add `--polish`"),
+        (false, None) => Ok(None),
+        (true, steps) => {
+            let default = parvi_infer::evaluation::PolishConfig::default();
+            Ok(Some(parvi_infer::evaluation::PolishConfig { steps: steps.unwrap_or(default.steps), ..default }))
+        }
+    }
 }
 
 /// The `bandwidths` and `weights` of an engine report that has both, of equal length.

@@ -31,6 +31,17 @@ pub fn method_config(name: &str, options: &toml::Table) -> Result<MethodConfig> 
     Ok(config)
 }
 
+/// The shared kernel by its command-line name (`rbf`, `imq`, `rbf-linear`), with a fixed RBF
+/// bandwidth when given.
+pub fn kernel_from_name(name: &str, bandwidth: Option<f64>) -> Result<KernelConfig> {
+    Ok(match name {
+        "rbf" => KernelConfig::Rbf { bandwidth },
+        "imq" => KernelConfig::Imq { c: 1.0, beta: -0.5 },
+        "rbf-linear" => KernelConfig::RbfLinear { bandwidth },
+        other => bail!("invalid setting `--kernel`: unknown kernel `{other}` (expected rbf, imq or rbf-linear)"),
+    })
+}
+
 /// The engine spec of method `name` with its options and the shared kernel and adapter.
 pub fn engine_spec(
     name: &str,

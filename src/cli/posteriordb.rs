@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use parvi_bench::reference::{NutsConfig, nuts_run};
-use parvi_infer::{AdapterConfig, EngineSpec, FitConfig, KernelConfig, MethodConfig, Precondition, fit};
+use parvi_infer::{AdapterConfig, EngineSpec, FitConfig, MethodConfig, Precondition, fit};
 use parvi_model::tensor_ops::{matrix_from_vec, to_vec_f64};
 use parvi_model::{BackendKind, LogDensity};
 use parvi_models::posteriordb::compare::{Comparison, compare, compare_moments};
@@ -52,6 +52,16 @@ pub struct PosteriorDbArgs {
     /// Overall false-alarm rate of the stationarity check, in (0, 1).
     #[arg(long, default_value_t = 0.01)]
     pub check_level: f64,
+    /// The shared kernel: rbf, imq or rbf-linear (the moment-matching kernel).
+    #[arg(long, default_value = "rbf")]
+    pub kernel: String,
+    /// Continue the stationarity check's MALA chains until they mix and compare their draws
+    /// (the polish step; its cost is in the row's seconds and evaluations).
+    #[arg(long)]
+    pub polish: bool,
+    /// The polish step's budget: MALA steps per chain after its warm-up [default: 5000].
+    #[arg(long)]
+    pub polish_steps: Option<usize>,
     /// A method option (applies to every method run; repeatable).
     #[arg(long)]
     pub opt: Vec<String>,
@@ -268,8 +278,8 @@ fn run_one(
         let reported = to_vec_f64(&model.reported(matrix_from_vec(flat, n, dim, device)));
         (reported, None, run.gradient_evals as usize)
     } else {
-        let spec =
-            EngineSpec::new(method_config(method, options)?, KernelConfig::default(), AdapterConfig::adagrad(args.lr));
+        let kernel = super::method::kernel_from_name(&args.kernel, None)?;
+        let spec = EngineSpec::new(method_config(method, options)?, kernel, AdapterConfig::adagrad(args.lr));
         let config = FitConfig {
             particles: args.particles,
             steps: args.steps,
@@ -277,6 +287,7 @@ fn run_one(
             precondition,
             check_steps: args.check_steps,
             check_level: args.check_level,
+            polish: super::fit::polish_config(args.polish, args.polish_steps)?,
             ..Default::default()
         };
         let result = fit(model, &spec, &config, &mut [], device)?;

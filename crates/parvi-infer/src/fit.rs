@@ -12,7 +12,10 @@ use parvi_model::{LogDensity, Minibatch};
 use serde::{Deserialize, Serialize};
 
 use crate::core::{Checkpoint, Collective};
-use crate::evaluation::{Stationarity, StationarityConfig, Statistic, ksd_squared, stationarity_check};
+use crate::evaluation::{
+    MalaChains, Polish, PolishConfig, Stationarity, StationarityConfig, Statistic, ksd_squared, polish,
+    stationarity_check_chains,
+};
 use crate::{
     Callback, CheckpointPolicy, EngineRng, EngineSpec, InferError, Laplace, LaplaceConfig, Particles, Rbf, RunConfig,
     RunError, RunLabel, Runner, Whitened,
@@ -58,6 +61,10 @@ pub struct FitConfig {
     /// Overall false-alarm rate of the stationarity check for a set of exact draws (Bonferroni
     /// over the coordinates' means and sds), in `(0, 1)`.
     pub check_level: f64,
+    /// The polish step ([`crate::evaluation::polish`]), off by default: continue the
+    /// stationarity check's MALA chains from the final particles until split R-hat and bulk ESS
+    /// meet its thresholds (or its budget), and return their draws as [`FitResult::draws`].
+    pub polish: Option<PolishConfig>,
     /// Checkpoint every this many steps to this file (the engine's coordinates).
     #[serde(skip)]
     pub checkpoint: Option<CheckpointPolicy>,
@@ -87,6 +94,7 @@ impl Default for FitConfig {
             progress: false,
             check_steps: 200,
             check_level: 0.01,
+            polish: None,
             checkpoint: None,
             label: RunLabel::default(),
             resume: None,
@@ -99,8 +107,8 @@ impl Default for FitConfig {
 pub struct FitResult {
     /// The final particle set (with its weights).
     pub particles: Particles,
-    /// What stands for the posterior: the engine's collected draws (SGLD's trace after burn-in
-    /// and thinning), else the final particles.
+    /// What stands for the posterior: the polish step's draws when it ran, else the engine's
+    /// collected draws (SGLD's trace after burn-in and thinning), else the final particles.
     pub draws: Particles,
     /// The Laplace approximation the engine ran in, with [`Precondition::Laplace`].
     pub laplace: Option<Laplace>,
@@ -156,6 +164,8 @@ pub struct Diagnostics {
     /// them, their moments compared before and after, in the model's unconstrained coordinates);
     /// `None` for MCMC engines, targets without a gradient, or with `check_steps = 0`.
     pub stationarity: Option<Stationarity>,
+    /// The polish step, when it ran: its chains' R-hat, ESS and cost.
+    pub polish: Option<Polish>,
     /// Human-readable warnings; empty when every diagnostic passed.
     pub warnings: Vec<String>,
 }
@@ -188,7 +198,7 @@ impl Diagnostics {
         config: &StationarityConfig,
     ) -> Result<(), InferError> {
         config.validate()?;
-        match checked(model, particles, config, None) {
+        match checked(model, particles, config, None).map(|c| c.map(|(s, _)| s)) {
             Ok(Some(s)) => {
                 self.warnings.extend(stationarity_warning(method, &s, ""));
                 self.stationarity = Some(s);
@@ -250,12 +260,22 @@ impl Diagnostics {
                 "{method} has not converged: the particles' moments moved {m:.3} over the last tenth of the run (> {MAX_DRIFT}; run longer)"
             ));
         }
+        // Polished draws that mixed stand for the posterior instead of the particles: the
+        // particles' bias is then no warning about the answer.
+        let polished = self.polish.as_ref().is_some_and(|p| p.converged);
         if let Some(w) = self
             .stationarity
             .as_ref()
+            .filter(|_| !polished)
             .and_then(|s| stationarity_warning(method, s, " (of the model's unconstrained parameters)"))
         {
             self.warnings.push(w);
+        }
+        if let Some(p) = self.polish.as_ref().filter(|p| !p.converged) {
+            self.warnings.push(format!(
+                "the polish step's MALA chains did not mix within its budget of {} steps: split R-hat {:.3}, bulk ESS {:.0} (raise --polish-steps)",
+                p.steps, p.max_rhat, p.min_ess
+            ));
         }
         if let (Some(a), Some(b)) = (self.ksd_start, self.ksd_end)
             && (b.is_nan() || b > 2.0 * a)
@@ -267,18 +287,19 @@ impl Diagnostics {
     }
 }
 
-/// The stationarity check of `particles` ([`stationarity_check`]); `None` where it cannot apply
-/// (too few particles, a target without a gradient), and a warning where it failed otherwise.
+/// The stationarity check of `particles` ([`crate::evaluation::stationarity_check`]) with its
+/// chains; `None` where it cannot apply (too few particles, a target without a gradient), and a
+/// warning where it failed otherwise.
 fn checked(
     model: &dyn LogDensity,
     particles: &Particles,
     config: &StationarityConfig,
     view: Option<&dyn Fn(Tensor<2>) -> Tensor<2>>,
-) -> Result<Option<Stationarity>, String> {
+) -> Result<Option<(Stationarity, MalaChains)>, String> {
     if particles.len() < crate::evaluation::MIN_PARTICLES {
         return Ok(None);
     }
-    match stationarity_check(model, particles, config, view) {
+    match stationarity_check_chains(model, particles, config, view) {
         Ok(s) => Ok(Some(s)),
         Err(InferError::Model(parvi_model::ModelError::NoGradient)) => Ok(None),
         Err(e) => Err(format!("the stationarity check failed: {e}")),
@@ -296,7 +317,7 @@ fn stationarity_warning(method: &str, s: &Stationarity, coordinates: &str) -> Op
         ))
     } else if s.rejected() {
         Some(format!(
-            "{method} did not end at the target: {} MALA steps from its particles moved coordinate {}{coordinates} by {:+.2} sd in mean and x{:.2} in sd (|z| {:.1} > {:.2}, the {}% level): the particles sit at a biased fixed point",
+            "{method} did not end at the target: {} MALA steps from its particles moved coordinate {}{coordinates} by {:+.2} sd in mean and x{:.2} in sd (|z| {:.1} > {:.2}, the {}% level): the particles sit at a biased fixed point (`--polish` continues MALA chains from them until split R-hat <= 1.01 and bulk ESS >= 400 and returns their draws)",
             s.steps,
             s.coordinate,
             s.mean_shift_sd,
@@ -324,6 +345,9 @@ pub fn fit(
     let check = StationarityConfig { steps: config.check_steps, level: config.check_level, seed: config.seed };
     if config.check_steps > 0 {
         check.validate()?;
+    }
+    if let Some(p) = &config.polish {
+        p.validate()?;
     }
     let counted = Counted { model, evals: Cell::new(0) };
     let mut rng = EngineRng::new(config.seed ^ 0x1A9_1ACE);
@@ -401,6 +425,7 @@ pub fn fit(
         drift: if is_mcmc { None } else { snapshot.taken.as_ref().and_then(|s| drift(s, &outcome.particles)) },
         ..Diagnostics::read(&report)
     };
+    let mut chains = None;
     if !is_mcmc && config.check_steps > 0 {
         // Compared in the model's unconstrained coordinates, so a flagged coordinate is one of
         // the model's own parameters (MALA itself runs where the engine ran); judged below.
@@ -409,14 +434,34 @@ pub fn fit(
             None => t,
         };
         match checked(target, &outcome.particles, &check, Some(&to_model)) {
-            Ok(s) => diagnostics.stationarity = s,
+            Ok(s) => {
+                diagnostics.stationarity = s.as_ref().map(|(s, _)| s.clone());
+                chains = s.map(|(_, c)| c);
+            }
             Err(warning) => diagnostics.warnings.push(warning),
+        }
+    }
+    // The polish step runs where the engine ran (whitened), from the check's chains.
+    let mut polished = None;
+    if let Some(p) = &config.polish {
+        match polish(target, &outcome.particles, chains.as_ref(), p, config.seed) {
+            Ok(run) => {
+                diagnostics.polish = Some(run.report);
+                polished = Some(Particles::new(run.draws));
+            }
+            Err(InferError::Model(parvi_model::ModelError::NoGradient)) => {
+                diagnostics.warnings.push("no polish step: the target has no gradient for MALA".into())
+            }
+            Err(e) => diagnostics.warnings.push(format!("the polish step failed: {e}")),
         }
     }
     diagnostics.warnings.extend(laplace_failure);
     diagnostics.judge(engine.name(), laplace.as_ref());
     let particles = back(&outcome.particles);
-    let draws = engine_draws.map(|d| back(&d)).unwrap_or_else(|| particles.clone());
+    let draws = match polished {
+        Some(p) => back(&p),
+        None => engine_draws.map(|d| back(&d)).unwrap_or_else(|| particles.clone()),
+    };
     Ok(FitResult {
         particles,
         draws,

@@ -30,8 +30,8 @@ use serde::{Deserialize, Serialize};
 
 use super::EngineConfig;
 use crate::evaluation::Statistic;
-use crate::kernels::stein_direction;
 use crate::kernels::{MultiKernel, validate_scales};
+use crate::kernels::{linear_direction, stein_direction};
 use crate::{AdapterConfig, KernelConfig};
 use crate::{Engine, EngineState, InferError, Particles, StepAdapter, StepContext};
 
@@ -139,6 +139,8 @@ pub struct MkSvgd {
     moved: bool,
     /// `S_i` of the last weight update, for the report.
     last_ksd: Option<Vec<f64>>,
+    /// Whether the direction adds the linear features' part (the moment-matching kernel).
+    linear: bool,
 }
 
 impl MkSvgd {
@@ -152,7 +154,16 @@ impl MkSvgd {
             adapter,
             moved: false,
             last_ksd: None,
+            linear: false,
         })
+    }
+
+    /// This engine with linear features `x^T y / d + 1` added to its multi-kernel with weight 1
+    /// (Liu & Wang 2018's moment matching, [`crate::kernels::MomentMatching`]); the kernel
+    /// weights are still learned over the radial kernels only.
+    pub fn with_linear_features(mut self) -> Self {
+        self.linear = true;
+        self
     }
 
     /// The bandwidths, the paper's `h_i` in `exp(-r^2 / h_i)`.
@@ -248,7 +259,10 @@ impl Engine for MkSvgd {
         }
         let kernel = self.kernel.as_ref().expect("built above");
         let lagged = self.lagged.then(|| ksd(kernel));
-        let phi = stein_direction(&kernel.combine(&base, false), x.clone(), s.clone(), x.clone(), None);
+        let mut phi = stein_direction(&kernel.combine(&base, false), x.clone(), s.clone(), x.clone(), None);
+        if self.linear {
+            phi = phi + linear_direction(x.clone(), s.clone(), x.clone(), None);
+        }
         particles.positions = x.clone() + self.adapter.delta(phi);
         self.moved = true;
         if let Some(lagged) = lagged {
@@ -307,6 +321,7 @@ impl Engine for MkSvgd {
             "lagged_weights": self.lagged,
             "weights": self.weights(),
             "ksd": self.last_ksd,
+            "linear_features": self.linear,
         })
     }
 }
@@ -329,16 +344,21 @@ pub fn describe_papers_grid(bandwidths: &[f64]) -> String {
     }
 }
 
-/// Its kernels are its own grid of bandwidths: a single shared kernel has no place.
+/// Its kernels are its own grid of bandwidths: a single shared kernel has no place, except the
+/// moment-matching kernel with the median rule (`rbf-linear`), which adds the linear features to
+/// the grid's kernels.
 impl EngineConfig for MkSvgdConfig {
     fn build(&self, kernel: &KernelConfig, adapter: &AdapterConfig) -> Result<Box<dyn Engine>, InferError> {
-        if *kernel != KernelConfig::default() {
-            return Err(InferError::setting(
+        let engine = MkSvgd::new(self, adapter.build()?)?;
+        match kernel {
+            KernelConfig::Rbf { bandwidth: None } => Ok(Box::new(engine)),
+            KernelConfig::RbfLinear { bandwidth: None } => Ok(Box::new(engine.with_linear_features())),
+            _ => Err(InferError::setting(
                 "kernel",
-                "mk-svgd sets its own kernels: give its `bandwidths` or `log2-min`/`log2-max` options instead",
-            ));
+                "mk-svgd sets its own kernels: give its `bandwidths` or `log2-min`/`log2-max` options instead \
+                 (`rbf-linear` without a bandwidth adds the linear features to them)",
+            )),
         }
-        Ok(Box::new(MkSvgd::new(self, adapter.build()?)?))
     }
 }
 

@@ -457,6 +457,10 @@ impl EngineConfig for RepulsiveSgldConfig {
             KernelConfig::Imq { .. } => {
                 Err(InferError::setting("kernel", "sgld-r uses the RBF kernel (median or a fixed bandwidth)"))
             }
+            KernelConfig::RbfLinear { .. } => Err(InferError::setting(
+                "kernel",
+                "sgld-r cannot use the moment-matching kernel `rbf-linear`: its repulsion is the plain RBF's",
+            )),
         }
     }
 }

@@ -31,7 +31,8 @@ fn mean_pairs(m: Tensor<2>, stat: Statistic) -> f64 {
 }
 
 /// Squared kernel Stein discrepancy of particles `x` with scores `score` (from
-/// [`parvi_model::score`]): the mean of the Stein kernel over pairs.
+/// [`parvi_model::score`]): the mean of the Stein kernel over pairs (with a kernel's linear
+/// features, their part too).
 pub fn ksd_squared(kernel: &dyn Kernel, x: Tensor<2>, score: Tensor<2>, stat: Statistic) -> Result<f64, InferError> {
     let n = x.dims()[0];
     if n == 0 || (stat == Statistic::U && n < 2) {
@@ -41,7 +42,11 @@ pub fn ksd_squared(kernel: &dyn Kernel, x: Tensor<2>, score: Tensor<2>, stat: St
     crate::kernels::require_matrices_fit("particles", n, "the KSD's n x n Stein kernel matrix", n, n, 8)?;
     let sq = pairwise_sq_dists(x.clone(), x.clone());
     let eval = kernel.eval(&sq, true);
-    Ok(mean_pairs(stein_kernel_matrix(&eval, &sq, x, score), stat))
+    let mut k0 = stein_kernel_matrix(&eval, &sq, x.clone(), score.clone());
+    if kernel.linear_features() {
+        k0 = k0 + crate::kernels::linear_stein_kernel(x, score);
+    }
+    Ok(mean_pairs(k0, stat))
 }
 
 /// Squared MMD between sample sets `x` `[n, d]` and `y` `[m, d]` under `kernel` (give it a

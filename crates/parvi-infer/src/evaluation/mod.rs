@@ -1,16 +1,19 @@
 //! Evaluation of a particle set or a trace: kernel Stein discrepancy and MMD, effective sample
 //! size and split R-hat, the traces they are computed from, and the stationarity check (do MALA
-//! chains started at the particles leave their moments where they are?).
+//! chains started at the particles leave their moments where they are?), and the polish step
+//! that continues those chains until they have mixed.
 
 mod diagnostics;
 mod metrics;
+mod polish;
 mod stationarity;
 mod trace;
 
-pub use diagnostics::{TraceDiagnostics, TraceView, ess, split_rhat};
+pub use diagnostics::{TraceDiagnostics, TraceView, bulk_ess, ess, split_rhat};
 pub use metrics::{Statistic, ksd_squared, mmd_squared, weighted_mmd_squared};
+pub use polish::{MAX_KEPT, Polish, PolishConfig, Polished, polish};
 pub use stationarity::{
     MIN_ACCEPTANCE, MIN_PARTICLES, MalaChains, MomentShift, Stationarity, StationarityConfig, TARGET_ACCEPTANCE,
-    bonferroni_threshold, mala_chains, normal_quantile, stationarity_check,
+    bonferroni_threshold, mala_chains, normal_quantile, stationarity_check, stationarity_check_chains,
 };
 pub use trace::{Trace, TraceConfig};

@@ -162,6 +162,8 @@ pub struct MalaChains {
     pub step_size: f64,
     /// Model evaluations with gradient (rows).
     pub score_evals: usize,
+    /// The proposal's coordinate scales `S` `[1, dim]` (the starting set's sds).
+    pub scale: Tensor<2>,
 }
 
 /// Runs the stationarity check of `particles` under `model`, in the coordinates the particles
@@ -174,6 +176,17 @@ pub fn stationarity_check(
     config: &StationarityConfig,
     view: Option<&dyn Fn(Tensor<2>) -> Tensor<2>>,
 ) -> Result<Stationarity, InferError> {
+    stationarity_check_chains(model, particles, config, view).map(|(s, _)| s)
+}
+
+/// [`stationarity_check`] with the chains it ran, for a caller that continues them (the polish
+/// step, [`crate::evaluation::polish`]).
+pub fn stationarity_check_chains(
+    model: &dyn LogDensity,
+    particles: &Particles,
+    config: &StationarityConfig,
+    view: Option<&dyn Fn(Tensor<2>) -> Tensor<2>>,
+) -> Result<(Stationarity, MalaChains), InferError> {
     let started = Instant::now();
     let chains = mala_chains(model, particles, config)?;
     let (start, end) = match view {
@@ -184,7 +197,7 @@ pub fn stationarity_check(
     let shift = MomentShift::between(&to_vec_f64(&start), &to_vec_f64(&end), n, d, chains.effective_size);
     let threshold = bonferroni_threshold(config.level, 2 * d);
     let (coordinate, _) = shift.worst();
-    Ok(Stationarity {
+    let stationarity = Stationarity {
         steps: config.steps,
         step_size: chains.step_size,
         acceptance: chains.acceptance,
@@ -199,7 +212,8 @@ pub fn stationarity_check(
         score_evals: chains.score_evals,
         seconds: started.elapsed().as_secs_f64(),
         inconclusive: chains.acceptance.is_nan() || chains.acceptance < MIN_ACCEPTANCE,
-    })
+    };
+    Ok((stationarity, chains))
 }
 
 /// One MALA chain from each particle (resampled by weight first), batched: the step size is
@@ -226,36 +240,16 @@ pub fn mala_chains(
         return Err(ModelError::DimensionMismatch { expected: model.dim(), got: d }.into());
     }
     let mut rng = EngineRng::new(config.seed ^ 0x57A7_10AA);
-    let device = particles.device();
-    let (start, effective_size) = match &particles.weights {
-        None => (particles.positions.clone(), n as f64),
-        Some(w) => resample(&particles.positions, &to_vec_f64(w), &mut rng)?,
-    };
-    // The set's coordinate sds, as the proposal's scale; a coordinate without spread (a
-    // collapsed set) takes the others' mean, else 1.
-    let host = to_vec_f64(&start);
-    let (_, var) = moments(&host, n, d);
-    let positive: Vec<f64> = var.iter().copied().filter(|v| *v > 0.0 && v.is_finite()).collect();
-    let fallback = if positive.is_empty() { 1.0 } else { positive.iter().sum::<f64>() / positive.len() as f64 };
-    let scale: Vec<f32> =
-        var.iter().map(|v| (if *v > 0.0 && v.is_finite() { *v } else { fallback }).sqrt() as f32).collect();
-    let scale = Tensor::<2>::from_data(TensorData::new(scale, [1, d]), &device);
+    let (start, effective_size, scale) = chain_start(particles, &mut rng)?;
 
     let first = parvi_model::score(model, start.clone(), None)?;
     let mut evals = n;
-    let mut mala = Mala { model, scale, rng: &mut rng, n, d };
+    let mut mala = Mala { model, scale: scale.clone(), rng: &mut rng, n, d };
 
-    // Adaptation: a Robbins-Monro walk of log h on the chains' mean acceptance.
-    let h0 = (d as f64).powf(-1.0 / 3.0);
-    let (mut log_h, floor, ceiling) = (h0.ln(), (h0 * MIN_STEP_RATIO).ln(), (h0 * 100.0).ln());
-    let mut state = (start.clone(), first.log_prob.clone(), first.grad.clone());
-    for _ in 0..config.adapt_steps() {
-        let (next, acceptance) = mala.step(state, log_h.exp())?;
-        evals += n;
-        state = next;
-        log_h = (log_h + (acceptance - TARGET_ACCEPTANCE)).clamp(floor, ceiling);
-    }
-    let h = log_h.exp();
+    // Adaptation on chains that are then discarded.
+    let state = (start.clone(), first.log_prob.clone(), first.grad.clone());
+    let (_, h) = mala.adapt(state, (d as f64).powf(-1.0 / 3.0), config.adapt_steps())?;
+    evals += n * config.adapt_steps();
     let mut state = (start.clone(), first.log_prob, first.grad);
     let mut accepted = 0.0;
     let fixed = config.fixed_steps();
@@ -272,7 +266,31 @@ pub fn mala_chains(
         acceptance: accepted / fixed.max(1) as f64,
         step_size: h,
         score_evals: evals,
+        scale,
     })
+}
+
+/// The chains' starting points (the particles, resampled by weight if they have weights), Kish's
+/// effective number of distinct ones, and the proposal's coordinate scales `[1, dim]`: the set's
+/// coordinate sds, where a coordinate without spread (a collapsed set) takes the others' mean
+/// variance, else 1.
+pub(crate) fn chain_start(
+    particles: &Particles,
+    rng: &mut EngineRng,
+) -> Result<(Tensor<2>, f64, Tensor<2>), InferError> {
+    let (n, d) = (particles.len(), particles.dim());
+    let (start, effective_size) = match &particles.weights {
+        None => (particles.positions.clone(), n as f64),
+        Some(w) => resample(&particles.positions, &to_vec_f64(w), rng)?,
+    };
+    let host = to_vec_f64(&start);
+    let (_, var) = moments(&host, n, d);
+    let positive: Vec<f64> = var.iter().copied().filter(|v| *v > 0.0 && v.is_finite()).collect();
+    let fallback = if positive.is_empty() { 1.0 } else { positive.iter().sum::<f64>() / positive.len() as f64 };
+    let scale: Vec<f32> =
+        var.iter().map(|v| (if *v > 0.0 && v.is_finite() { *v } else { fallback }).sqrt() as f32).collect();
+    let scale = Tensor::<2>::from_data(TensorData::new(scale, [1, d]), &particles.device());
+    Ok((start, effective_size, scale))
 }
 
 /// Multinomial resampling of a weighted set by its weights, with Kish's effective size of the
@@ -303,25 +321,37 @@ fn resample(positions: &Tensor<2>, weights: &[f64], rng: &mut EngineRng) -> Resu
     Ok((positions.clone().select(0, idx), (n * n) as f64 / squares))
 }
 
+/// A MALA state of every chain: positions `[n, d]`, log densities `[n]`, scores `[n, d]`.
+pub(crate) type MalaState = (Tensor<2>, Tensor<1>, Tensor<2>);
+
 /// The batched MALA transition with a diagonal scale.
-struct Mala<'a, 'r> {
-    model: &'a dyn LogDensity,
+pub(crate) struct Mala<'a, 'r> {
+    pub(crate) model: &'a dyn LogDensity,
     /// `[1, d]` coordinate sds.
-    scale: Tensor<2>,
-    rng: &'r mut EngineRng,
-    n: usize,
-    d: usize,
+    pub(crate) scale: Tensor<2>,
+    pub(crate) rng: &'r mut EngineRng,
+    pub(crate) n: usize,
+    pub(crate) d: usize,
 }
 
 impl Mala<'_, '_> {
+    /// `steps` steps of every chain from `state` while a Robbins-Monro walk of `log h` (from
+    /// `h0`, by the chains' mean acceptance minus [`TARGET_ACCEPTANCE`]) adapts the step size,
+    /// kept between `h0` times [`MIN_STEP_RATIO`] and 100: the chains' state and the step reached.
+    pub(crate) fn adapt(&mut self, state: MalaState, h0: f64, steps: usize) -> Result<(MalaState, f64), InferError> {
+        let (mut log_h, floor, ceiling) = (h0.ln(), (h0 * MIN_STEP_RATIO).ln(), (h0 * 100.0).ln());
+        let mut state = state;
+        for _ in 0..steps {
+            let (next, acceptance) = self.step(state, log_h.exp())?;
+            state = next;
+            log_h = (log_h + (acceptance - TARGET_ACCEPTANCE)).clamp(floor, ceiling);
+        }
+        Ok((state, log_h.exp()))
+    }
+
     /// One step of every chain at step size `h`: the new state and the mean acceptance
     /// probability (a non-finite proposal counts as rejected).
-    #[allow(clippy::type_complexity)]
-    fn step(
-        &mut self,
-        (x, lp_x, g_x): (Tensor<2>, Tensor<1>, Tensor<2>),
-        h: f64,
-    ) -> Result<((Tensor<2>, Tensor<1>, Tensor<2>), f64), InferError> {
+    pub(crate) fn step(&mut self, (x, lp_x, g_x): MalaState, h: f64) -> Result<(MalaState, f64), InferError> {
         let (n, d) = (self.n, self.d);
         let device = x.device();
         let s2 = self.scale.clone().powi_scalar(2);

@@ -1,9 +1,11 @@
 //! Kernels and the Stein operator: radial kernels `k = f(r^2)` with their bandwidth rules,
-//! multiple kernels, random Fourier features, and the Stein direction and Stein kernel built
+//! the moment-matching kernel (a radial kernel plus linear features), multiple kernels, random
+//! Fourier features, and the Stein direction and Stein kernel built
 //! from a radial kernel's profile and its derivatives; the pairs of one point set in tiles (no
 //! `n x n` matrix for large `n`), and the memory check for the methods that need the matrix.
 
 mod memory;
+mod moment;
 mod multi;
 mod pairs;
 mod radial;
@@ -11,6 +13,7 @@ mod rff;
 mod stein;
 
 pub use memory::{METHODS_THAT_SCALE, available_memory_bytes, format_bytes, matrix_bytes, require_matrices_fit};
+pub use moment::{MomentMatching, linear_direction, linear_stein_kernel};
 pub(crate) use multi::validate_scales;
 pub use multi::{BaseProfiles, MultiKernel, validate_bandwidths};
 pub use pairs::{

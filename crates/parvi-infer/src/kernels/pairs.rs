@@ -11,7 +11,7 @@
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use parvi_model::tensor_ops::{median_by_selection, to_vec_f32};
 
-use crate::kernels::Kernel;
+use crate::kernels::{Kernel, linear_direction};
 
 /// Above this many points the median of the squared pair distances is always estimated from a
 /// sample of pairs (the exact one reads the `n (n - 1) / 2` pairs to the host: 32 MiB here).
@@ -345,6 +345,7 @@ impl BlockSums {
 /// the distance factors scaled by `c` (or the kept distances times `c`), and the direction is
 /// `(1/n) [K (S + 2c X) - 2c X * rowsum(K)]` with the row sums from a column of ones beside
 /// `S + 2c X`. Other kernels give `(1/n) [K S + 2 (K' X - X * rowsum(K'))]`, `K' = f'(r^2)`.
+/// A kernel with linear features adds their part ([`linear_direction`]).
 pub fn svgd_direction_tiled(kernel: &dyn Kernel, x: Tensor<2>, s: Tensor<2>, tiles: &PairTiles) -> Option<Tensor<2>> {
     let [n, dim] = x.dims();
     let upper = tiles.upper();
@@ -423,5 +424,7 @@ pub fn svgd_direction_tiled(kernel: &dyn Kernel, x: Tensor<2>, s: Tensor<2>, til
             })
         }
     };
-    Some(Tensor::cat(phi_blocks, 0))
+    let phi = Tensor::cat(phi_blocks, 0);
+    // The linear features' part needs no pairs: two products over all points.
+    Some(if kernel.linear_features() { phi + linear_direction(x.clone(), s.clone(), x, None) } else { phi })
 }

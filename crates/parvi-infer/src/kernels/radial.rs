@@ -51,6 +51,14 @@ pub trait Kernel: Send + Sync {
         let _ = (n, median_sq);
         None
     }
+
+    /// Whether the kernel adds linear features `x^T y / d + 1` to its radial part
+    /// ([`crate::kernels::MomentMatching`]): the Stein directions then add
+    /// [`crate::kernels::linear_direction`], and what cannot (a Stein kernel matrix, induced
+    /// points) refuses the kernel by name.
+    fn linear_features(&self) -> bool {
+        false
+    }
 }
 
 /// How an RBF kernel picks its bandwidth `h` in `exp(-r^2 / (2 h^2))`.
@@ -221,6 +229,15 @@ pub enum KernelConfig {
         /// The exponent `beta < 0`.
         beta: f64,
     },
+    /// The moment-matching kernel (Liu & Wang 2018): the RBF (median heuristic, or a fixed
+    /// bandwidth `h`) plus linear features, `k_rbf(x, y) + x^T y / d + 1`
+    /// ([`crate::kernels::MomentMatching`]). SVGD's fixed points then have a Gaussian target's
+    /// mean and covariance.
+    #[serde(rename = "rbf-linear")]
+    RbfLinear {
+        /// A fixed bandwidth `h` of the RBF part; `None` uses the median heuristic.
+        bandwidth: Option<f64>,
+    },
 }
 
 impl Default for KernelConfig {
@@ -236,6 +253,27 @@ impl KernelConfig {
             KernelConfig::Rbf { bandwidth: None } => Box::new(Rbf::median()),
             KernelConfig::Rbf { bandwidth: Some(h) } => Box::new(Rbf::fixed(h)?),
             KernelConfig::Imq { c, beta } => Box::new(Imq::new(c, beta)?),
+            KernelConfig::RbfLinear { bandwidth } => {
+                let radial = KernelConfig::Rbf { bandwidth }.build()?;
+                Box::new(crate::kernels::MomentMatching::new(radial))
+            }
         })
+    }
+
+    /// Whether the kernel has linear features (moment matching).
+    pub fn is_moment_matching(&self) -> bool {
+        matches!(self, KernelConfig::RbfLinear { .. })
+    }
+
+    /// `Ok` unless the kernel has linear features, which `method` cannot use (`why`): the error
+    /// names the kernel setting and the method.
+    pub fn require_radial(&self, method: &str, why: &str) -> Result<(), InferError> {
+        if self.is_moment_matching() {
+            return Err(InferError::setting(
+                "kernel",
+                format!("{method} cannot use the moment-matching kernel `rbf-linear`: {why}"),
+            ));
+        }
+        Ok(())
     }
 }

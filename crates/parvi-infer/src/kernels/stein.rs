@@ -10,7 +10,7 @@ use parvi_model::tensor_ops::{median_on_host, pairwise_sq_dists};
 use crate::InferError;
 use crate::core::shard::not_shardable;
 use crate::kernels::pairs::{DENSE_MAX_POINTS, PairTiles, pair_median_sq, svgd_direction_tiled};
-use crate::kernels::{Kernel, RadialEval};
+use crate::kernels::{Kernel, RadialEval, linear_direction, linear_stein_kernel};
 
 /// The (weighted) Stein variational direction at the targets `y`:
 ///
@@ -64,11 +64,13 @@ pub fn stein_kernel_matrix(eval: &RadialEval, sq: &Tensor<2>, x: Tensor<2>, scor
         - eval.dk.clone().mul_scalar(2.0 * d)
 }
 
-/// The Stein kernel matrix of `x` with itself under `kernel`.
+/// The Stein kernel matrix of `x` with itself under `kernel` (with its linear features' part
+/// when it has them, [`linear_stein_kernel`]).
 pub fn stein_kernel(kernel: &dyn Kernel, x: Tensor<2>, score: Tensor<2>) -> Tensor<2> {
     let sq = pairwise_sq_dists(x.clone(), x.clone());
     let eval = kernel.eval(&sq, true);
-    stein_kernel_matrix(&eval, &sq, x, score)
+    let radial = stein_kernel_matrix(&eval, &sq, x.clone(), score.clone());
+    if kernel.linear_features() { radial + linear_stein_kernel(x, score) } else { radial }
 }
 
 /// The SVGD direction of particles `x` with scores `s` under `kernel`.
@@ -85,6 +87,12 @@ pub fn svgd_direction(kernel: &dyn Kernel, x: Tensor<2>, s: Tensor<2>) -> Tensor
         return phi;
     }
     svgd_direction_dense(kernel, x, s)
+}
+
+/// `phi` plus the linear features' part ([`linear_direction`], unweighted) when `kernel` has
+/// them; the radial paths (dense, tiled, row blocks) compute `phi` alike.
+fn with_linear(kernel: &dyn Kernel, phi: Tensor<2>, x: Tensor<2>, s: Tensor<2>, y: Tensor<2>) -> Tensor<2> {
+    if kernel.linear_features() { phi + linear_direction(x, s, y, None) } else { phi }
 }
 
 /// The rows `rows` of [`svgd_direction`]: `phi(x_i)` for `i` in `rows` from all `n` particles
@@ -147,14 +155,18 @@ pub fn svgd_direction_dense(kernel: &dyn Kernel, x: Tensor<2>, s: Tensor<2>) -> 
 /// particles `x` (scores `s`) to them. For a kernel with `f' = c f` (the RBF) the drift and the
 /// repulsion share one product: `phi = (1/n) [K^T (S + 2c X) - 2c Y colsum(K)]`, one
 /// `[m, n] x [n, d]` product instead of two; other kernels take the general [`stein_direction`].
+///
+/// A kernel with linear features adds their part ([`linear_direction`]).
 fn direction_at(kernel: &dyn Kernel, sq: &Tensor<2>, x: Tensor<2>, s: Tensor<2>, y: Tensor<2>) -> Tensor<2> {
-    match kernel.eval_proportional(sq) {
+    let phi = match kernel.eval_proportional(sq) {
         Some((k, c)) => {
             let n = x.dims()[0] as f64;
             let two_c = c.mul_scalar(2.0 / n); // [1, 1]
             let colsum = k.clone().sum_dim(0).transpose(); // [m, 1]
-            k.transpose().div_scalar(n).matmul(s + x * two_c.clone().mul_scalar(n)) - y * (colsum * two_c)
+            k.transpose().div_scalar(n).matmul(s.clone() + x.clone() * two_c.clone().mul_scalar(n))
+                - y.clone() * (colsum * two_c)
         }
-        None => stein_direction(&kernel.eval(sq, false), x, s, y, None),
-    }
+        None => stein_direction(&kernel.eval(sq, false), x.clone(), s.clone(), y.clone(), None),
+    };
+    with_linear(kernel, phi, x, s, y)
 }

@@ -10,7 +10,7 @@ use parvi_model::{LogDensity, Minibatch, ModelError, Score, score};
 use serde::{Deserialize, Serialize};
 
 use crate::error::require_positive;
-use crate::kernels::{repulsion_from, stein_direction};
+use crate::kernels::{linear_direction, repulsion_from, stein_direction};
 use crate::{InferError, Kernel, KernelConfig, Particles, Rbf};
 
 /// `N(mean 1, std^2 I)` in whatever dimension it is asked about: a surrogate or initial
@@ -187,12 +187,22 @@ pub fn importance_sampling(
 
 /// The GF-SVGD direction at the particles `x` given their self-normalised weights: with a
 /// surrogate score, the weighted Stein direction; without (flat `rho`), the weighted repulsion.
+/// A kernel with linear features adds their weighted part ([`linear_direction`]; zero scores
+/// for a flat `rho`).
 pub fn gf_direction(kernel: &dyn Kernel, x: Tensor<2>, rho_score: Option<Tensor<2>>, weights: Tensor<1>) -> Tensor<2> {
     let n = x.dims()[0];
     let eval = kernel.eval(&pairwise_sq_dists(x.clone(), x.clone()), false);
-    match rho_score {
+    let linear = kernel.linear_features().then(|| {
+        let s = rho_score.clone().unwrap_or_else(|| x.zeros_like());
+        linear_direction(x.clone(), s, x.clone(), Some(weights.clone()))
+    });
+    let phi = match rho_score {
         Some(s) => stein_direction(&eval, x.clone(), s, x, Some(weights)),
         None => repulsion_from(eval.dk * weights.reshape([n, 1]), x.clone(), x),
+    };
+    match linear {
+        Some(l) => phi + l,
+        None => phi,
     }
 }
 

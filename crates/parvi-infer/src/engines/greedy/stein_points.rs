@@ -268,6 +268,7 @@ impl Engine for SteinPoints {
 /// default, as Futami et al.; `--kernel imq` for Chen et al.'s choice).
 impl EngineConfig for SteinPointsConfig {
     fn build(&self, kernel: &KernelConfig, _adapter: &AdapterConfig) -> Result<Box<dyn Engine>, InferError> {
+        kernel.require_radial("stein-points", "its Stein kernel is built from a radial kernel's profile")?;
         Ok(Box::new(SteinPoints::new(self.clone(), kernel.build()?)?))
     }
 }

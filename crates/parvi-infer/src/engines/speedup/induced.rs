@@ -432,6 +432,7 @@ impl Engine for AdversarialInduced {
 
 impl EngineConfig for InducedConfig {
     fn build(&self, kernel: &KernelConfig, adapter: &AdapterConfig) -> Result<Box<dyn Engine>, InferError> {
+        kernel.require_radial("svgd-induced", "its induced kernel is built from a radial kernel's profile")?;
         Ok(Box::new(RandomInduced::new(self, kernel.build()?, adapter.build()?)?))
     }
 }
@@ -446,6 +447,12 @@ impl EngineConfig for AdversarialConfig {
                 return Err(InferError::setting(
                     "kernel",
                     "svgd-adversarial learns an RBF bandwidth: an IMQ kernel does not apply",
+                ));
+            }
+            KernelConfig::RbfLinear { .. } => {
+                return Err(InferError::setting(
+                    "kernel",
+                    "svgd-adversarial cannot use the moment-matching kernel `rbf-linear`: it learns a plain RBF's bandwidth",
                 ));
             }
         }

@@ -21,7 +21,7 @@ use crate::core::{Direction, DirectionEngine};
 use crate::core::{check_subset_size, random_rows};
 use crate::engines::EngineConfig;
 use crate::error::require_positive;
-use crate::kernels::{require_matrices_fit, stein_direction, stein_kernel};
+use crate::kernels::{linear_direction, require_matrices_fit, stein_direction, stein_kernel};
 use crate::{AdapterConfig, Engine, KernelConfig};
 use crate::{EngineRng, InferError, Kernel, Particles, StepAdapter, StepContext};
 
@@ -71,7 +71,8 @@ impl Default for ControlFunctionalConfig {
 /// For an RBF kernel (`f' = c f`) drift and repulsion share one product,
 /// `phi = (1/m) [K^T (S + 2c Y) - 2c X * colsum(K)]` with `K` `[m, n]`: the operations of
 /// [`crate::kernels::svgd_direction`] with the subparticles as sources, so that `y = x` gives SVGD's
-/// direction. Other kernels take the general [`stein_direction`].
+/// direction. Other kernels take the general [`stein_direction`]; a kernel with linear features
+/// adds their part ([`linear_direction`]).
 pub fn subset_direction(kernel: &dyn Kernel, y: Tensor<2>, s: Tensor<2>, x: Tensor<2>) -> Tensor<2> {
     let sq = pairwise_sq_dists(y.clone(), x.clone()); // [m, n]: subparticle j to particle i
     let (resolved, _) = full_set_kernel(kernel, &x, None);
@@ -80,7 +81,8 @@ pub fn subset_direction(kernel: &dyn Kernel, y: Tensor<2>, s: Tensor<2>, x: Tens
 
 /// [`subset_direction`] with the `[m, n]` squared distances `sq` given and the kernel as it is.
 fn subset_direction_at(kernel: &dyn Kernel, sq: &Tensor<2>, y: Tensor<2>, s: Tensor<2>, x: Tensor<2>) -> Tensor<2> {
-    match kernel.eval_proportional(sq) {
+    let linear = kernel.linear_features().then(|| linear_direction(y.clone(), s.clone(), x.clone(), None));
+    let phi = match kernel.eval_proportional(sq) {
         Some((k, c)) => {
             let m = y.dims()[0] as f64;
             let two_c = c.mul_scalar(2.0 / m); // [1, 1]
@@ -88,6 +90,10 @@ fn subset_direction_at(kernel: &dyn Kernel, sq: &Tensor<2>, y: Tensor<2>, s: Ten
             k.transpose().div_scalar(m).matmul(s + y * two_c.clone().mul_scalar(m)) - x * (colsum * two_c)
         }
         None => stein_direction(&kernel.eval(sq, false), y, s, x, None),
+    };
+    match linear {
+        Some(l) => phi + l,
+        None => phi,
     }
 }
 
@@ -195,7 +201,14 @@ impl RandomSubset {
                 let w = control_functional_weights(kernel, y.clone(), s.clone(), lambda, jitter)?;
                 let w: Vec<f32> = w.into_iter().map(|v| v as f32).collect();
                 let w = Tensor::<1>::from_data(TensorData::new(w, [self.m]), device);
-                stein_direction(&kernel.eval(&sq, false), y, s, x, Some(w))
+                let linear = kernel
+                    .linear_features()
+                    .then(|| linear_direction(y.clone(), s.clone(), x.clone(), Some(w.clone())));
+                let phi = stein_direction(&kernel.eval(&sq, false), y, s, x, Some(w));
+                match linear {
+                    Some(l) => phi + l,
+                    None => phi,
+                }
             }
         })
     }

@@ -178,6 +178,7 @@ impl Default for MmdFwConfig {
 impl MmdFwConfig {
     /// Checks every option and their combinations; `kernel` matters for random Fourier features.
     pub fn validate(&self, kernel: &KernelConfig) -> Result<(), InferError> {
+        kernel.require_radial("mmd-fw", "its kernel mean embedding is a radial kernel's")?;
         if self.l_steps == 0 {
             return Err(InferError::setting("l-steps", "the Approx-LMO needs at least one Adam step (L >= 1), got 0"));
         }

@@ -1,0 +1,136 @@
+//! The polish step: MALA chains continued from biased particles until split R-hat and bulk ESS
+//! meet their thresholds; their draws have the target's moments, within the Monte Carlo error
+//! their ESS allows. Bad settings are errors naming them.
+
+mod common;
+
+use common::*;
+use parvi_infer::evaluation::{PolishConfig, bulk_ess, polish};
+use parvi_infer::{AdapterConfig, EngineRng, EngineSpec, FitConfig, KernelConfig, MethodConfig, Particles, fit};
+use parvi_model::tensor_ops::{matrix_from_vec, to_vec_f64};
+use parvi_models::Gaussian;
+
+/// A 6-d Gaussian with variances from 0.25 to 4 and one correlated pair.
+fn target() -> (Vec<f64>, Vec<f64>) {
+    let d = 6;
+    let mean: Vec<f64> = (0..d).map(|j| j as f64 - 2.0).collect();
+    let mut cov = vec![0.0; d * d];
+    for j in 0..d {
+        cov[j * d + j] = 0.25 * 2f64.powi(j as i32 * 4 / 5);
+    }
+    cov[1] = 0.2;
+    cov[d] = 0.2;
+    (mean, cov)
+}
+
+/// Per-coordinate means and population variances of row-major draws.
+fn moments(x: &[f64], d: usize) -> (Vec<f64>, Vec<f64>) {
+    let n = (x.len() / d) as f64;
+    let mean: Vec<f64> = (0..d).map(|j| x.iter().skip(j).step_by(d).sum::<f64>() / n).collect();
+    let var = (0..d).map(|j| x.iter().skip(j).step_by(d).map(|v| (v - mean[j]).powi(2)).sum::<f64>() / n).collect();
+    (mean, var)
+}
+
+#[test]
+fn polish_from_biased_particles_returns_draws_with_the_targets_moments() {
+    let device = flex();
+    let (mean, cov) = target();
+    let d = mean.len();
+    let model = Gaussian::new(&mean, &cov, &device).unwrap();
+    // 64 particles collapsed to a third of each sd and shifted by half an sd: a biased fixed point.
+    let mut rng = EngineRng::new(3);
+    let rows: Vec<f32> = (0..64 * d)
+        .map(|i| {
+            let j = i % d;
+            let sd = cov[j * d + j].sqrt();
+            (mean[j] + 0.5 * sd + sd / 3.0 * rng.normal()) as f32
+        })
+        .collect();
+    let particles = Particles::new(matrix_from_vec(rows, 64, d, &device));
+    let config = PolishConfig::default();
+    let run = polish(&model, &particles, None, &config, 7).unwrap();
+    let r = &run.report;
+    assert!(r.converged && r.max_rhat <= 1.01 && r.min_ess >= 400.0, "{r:?}");
+    assert!((0.3..0.9).contains(&r.acceptance), "acceptance {}", r.acceptance);
+    assert_eq!(run.draws.dims(), [r.kept * 64, d]);
+    let (m, v) = moments(&to_vec_f64(&run.draws), d);
+    // Monte Carlo sd of a mean from ESS >= 400 draws: sd / 20; of a variance: var sqrt(2 / 400)
+    // (Gaussian). Four of those.
+    let ess = r.min_ess;
+    for j in 0..d {
+        let var = cov[j * d + j];
+        assert!((m[j] - mean[j]).abs() < 4.0 * (var / ess).sqrt(), "mean {j}: {} vs {}", m[j], mean[j]);
+        assert!((v[j] / var - 1.0).abs() < 4.0 * (2.0 / ess).sqrt(), "variance {j}: {} vs {var}", v[j]);
+    }
+    // The ESS the step reports is the bulk ESS of its own draws (read back here).
+    let host = to_vec_f64(&run.draws);
+    let chains: Vec<Vec<f64>> = (0..64).map(|c| (0..r.kept).map(|s| host[(s * 64 + c) * d]).collect()).collect();
+    assert!(bulk_ess(&chains) >= r.min_ess - 1e-6);
+}
+
+#[test]
+fn fit_with_polish_returns_mixed_draws_where_svgd_collapsed() {
+    let device = flex();
+    let d = 10;
+    let mean = vec![0.5; d];
+    let var: Vec<f64> = (0..d).map(|j| 0.5 + 0.2 * j as f64).collect();
+    let model = Gaussian::diagonal(&mean, &var, &device).unwrap();
+    let spec = EngineSpec::new(
+        MethodConfig::default_for("svgd").unwrap(),
+        KernelConfig::default(),
+        AdapterConfig::adagrad(0.05),
+    );
+    // 40 particles in 10-d: plain RBF SVGD's variances collapse, and the check flags it.
+    let base = FitConfig { particles: 40, steps: 1000, ..Default::default() };
+    let plain = fit(&model, &spec, &base, &mut [], &device).unwrap();
+    let flagged = plain.diagnostics.warnings.iter().find(|w| w.contains("biased fixed point")).expect("flagged");
+    assert!(flagged.contains("--polish"), "{flagged}");
+    let polished =
+        fit(&model, &spec, &FitConfig { polish: Some(PolishConfig::default()), ..base }, &mut [], &device).unwrap();
+    let p = polished.diagnostics.polish.as_ref().expect("polish ran");
+    assert!(p.converged && p.max_rhat <= 1.01 && p.min_ess >= 400.0, "{p:?}");
+    assert!(
+        polished.diagnostics.warnings.iter().all(|w| !w.contains("biased fixed point")),
+        "{:?}",
+        polished.diagnostics.warnings
+    );
+    let (m, v) = moments(&to_vec_f64(&polished.draws.positions), d);
+    let (_, v_plain) = moments(&to_vec_f64(&plain.draws.positions), d);
+    let tol = 4.0 * (2.0 / p.min_ess).sqrt();
+    let ratio = |v: &[f64]| (0..d).map(|j| v[j] / var[j]).sum::<f64>() / d as f64;
+    assert!(ratio(&v_plain) < 1.0 - tol, "svgd's variance ratio {} (expected the collapse)", ratio(&v_plain));
+    for j in 0..d {
+        assert!((m[j] - mean[j]).abs() < 4.0 * (var[j] / p.min_ess).sqrt(), "mean {j}: {}", m[j]);
+        assert!((v[j] / var[j] - 1.0).abs() < tol, "variance {j}: {} vs {}", v[j], var[j]);
+    }
+    // The particles are still the engine's; the draws are the chains'.
+    assert_eq!(polished.particles.len(), 40);
+    assert_eq!(polished.draws.len(), 40 * p.kept);
+}
+
+#[test]
+fn bad_polish_settings_are_named() {
+    let device = flex();
+    let model = Gaussian::diagonal(&[0.0, 0.0], &[1.0, 1.0], &device).unwrap();
+    let spec = EngineSpec::new(
+        MethodConfig::default_for("svgd").unwrap(),
+        KernelConfig::default(),
+        AdapterConfig::adagrad(0.05),
+    );
+    let cases = [
+        (PolishConfig { steps: 3, ..Default::default() }, "polish-steps"),
+        (PolishConfig { rhat: 1.0, ..Default::default() }, "polish-rhat"),
+        (PolishConfig { rhat: f64::NAN, ..Default::default() }, "polish-rhat"),
+        (PolishConfig { ess: 0.0, ..Default::default() }, "polish-ess"),
+        (PolishConfig { check_every: 0, ..Default::default() }, "polish-check-every"),
+    ];
+    for (bad, name) in cases {
+        let config = FitConfig { steps: 5, polish: Some(bad), ..Default::default() };
+        let err = fit(&model, &spec, &config, &mut [], &device).err().expect("refused").to_string();
+        assert!(err.contains(name), "{name}: {err}");
+    }
+    // Too few chains to judge R-hat: an error naming the particles.
+    let few = Particles::new(matrix_from_vec(vec![0.0; 8], 4, 2, &device));
+    let err = polish(&model, &few, None, &PolishConfig::default(), 0).err().unwrap().to_string();
+    assert!(err.contains("particles"), "{err}");
+}
