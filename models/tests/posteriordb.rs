@@ -409,9 +409,10 @@ impl Lcg {
 /// the unconstrained posterior estimated from 200 of them.
 fn reference_points(direct: &Direct, reference: &ReferenceDraws) -> (Vec<Vec<f64>>, Vec<f64>) {
     let p = reference.params();
+    let order = direct_order(direct.name, reference);
     let rows: Vec<Vec<f64>> = (0..200)
         .map(|i| i * reference.rows() / 200)
-        .map(|r| direct.unconstrain(&reference.values()[r * p..(r + 1) * p]))
+        .map(|r| direct.unconstrain(&permute(&reference.values()[r * p..(r + 1) * p], &order)))
         .collect();
     let dim = rows[0].len();
     let spread = (0..dim)
@@ -421,6 +422,25 @@ fn reference_points(direct: &Direct, reference: &ReferenceDraws) -> (Vec<Vec<f64
         })
         .collect();
     (rows, spread)
+}
+
+/// For each quantity [`Direct::reported`] returns, its column in the reference (which follows the
+/// model's reported order: Stan's, parameters before transformed parameters). The direct
+/// programs report in the reference files' own order, which differs for eight_schools, whose
+/// transformed `theta` the file lists first.
+fn direct_order(name: &str, reference: &ReferenceDraws) -> Vec<usize> {
+    let names = reference.names();
+    let position = |n: &str| names.iter().position(|m| m == n).unwrap();
+    if name == "eight_schools-eight_schools_noncentered" {
+        let thetas = names.iter().filter(|n| n.starts_with("theta[")).count();
+        (1..=thetas).map(|i| position(&format!("theta[{i}]"))).chain([position("mu"), position("tau")]).collect()
+    } else {
+        (0..names.len()).collect()
+    }
+}
+
+fn permute(values: &[f64], order: &[usize]) -> Vec<f64> {
+    order.iter().map(|&j| values[j]).collect()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -521,7 +541,9 @@ fn log_densities_match_the_stan_programs() {
 
         let width = model.param_names().len();
         let reported = host_rows(&model.reported(matrix(&points, &device)));
-        let reported: Vec<Vec<f64>> = reported.iter().map(|row| reference.select(row, width)).collect();
+        let order = direct_order(name, &reference);
+        let reported: Vec<Vec<f64>> =
+            reported.iter().map(|row| permute(&reference.select(row, width), &order)).collect();
         for (p, row) in points.iter().zip(&reported) {
             let expect = direct.reported(p);
             assert_eq!(row.len(), expect.len(), "{name}: reported width");
@@ -529,7 +551,7 @@ fn log_densities_match_the_stan_programs() {
                 assert!(
                     (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
                     "{name}: reported {} = {a}, f64 transform {b}",
-                    names[j]
+                    names[order[j]]
                 );
             }
         }
@@ -684,6 +706,7 @@ fn edited_suite(dir: &Path, name: &str, edit: impl FnOnce(&mut serde_json::Map<S
     let mut data = StanData::read(dir, name).0;
     edit(&mut data);
     std::fs::create_dir(tmp.path().join(name)).unwrap();
+    std::fs::copy(dir.join(name).join("posterior.json"), tmp.path().join(name).join("posterior.json")).unwrap();
     std::fs::write(tmp.path().join(name).join("data.json"), serde_json::to_string(&data).unwrap()).unwrap();
     tmp
 }
@@ -767,6 +790,7 @@ fn bad_data_is_named() {
     // Bad JSON: the line and column.
     let tmp = tempfile::tempdir().unwrap();
     std::fs::create_dir(tmp.path().join(eight)).unwrap();
+    std::fs::copy(dir.join(eight).join("posterior.json"), tmp.path().join(eight).join("posterior.json")).unwrap();
     std::fs::write(tmp.path().join(eight).join("data.json"), "{\n  \"J\": 8,\n  \"y\": [1, 2,, 3]\n}").unwrap();
     let err = posteriordb::load(eight, tmp.path(), &flex()).unwrap_err();
     assert!(matches!(err, PosteriorDbError::Json { line: 3, .. }), "{err:?}");
@@ -774,14 +798,50 @@ fn bad_data_is_named() {
 
     // A missing folder: the file and the OS's reason.
     let msg = load_error(&tmp.path().join("nowhere"), "garch");
-    assert!(msg.contains("garch-garch11") && msg.contains("cannot read") && msg.contains("data.json"), "{msg}");
+    assert!(msg.contains("garch-garch11") && msg.contains("cannot read") && msg.contains("posterior.json"), "{msg}");
+    // A posterior.json naming a model parvi does not know: the posterior and the model, by name.
+    std::fs::write(tmp.path().join(eight).join("posterior.json"), r#"{"name": "x-y", "model_name": "no_such_model"}"#)
+        .unwrap();
+    let msg = load_error(tmp.path(), eight);
+    assert!(msg.contains("x-y") && msg.contains("unknown model `no_such_model`"), "{msg}");
+    // Another data set of a known model runs: the nes model on its data under another name.
+    let other = tempfile::tempdir().unwrap();
+    std::fs::create_dir(other.path().join("nes1976-nes")).unwrap();
+    std::fs::write(
+        other.path().join("nes1976-nes").join("posterior.json"),
+        r#"{"name": "nes1976-nes", "model_name": "nes", "data_name": "nes1976"}"#,
+    )
+    .unwrap();
+    let mut nes = StanData::read(&dir, "nes1972-nes").0;
+    let n = 200;
+    for (key, value) in nes.iter_mut() {
+        if let Value::Array(items) = value {
+            items.truncate(n);
+        } else if key == "N" {
+            *value = Value::from(n);
+        }
+    }
+    std::fs::write(other.path().join("nes1976-nes").join("data.json"), serde_json::to_string(&nes).unwrap()).unwrap();
+    let model = posteriordb::load("nes1976-nes", other.path(), &flex()).unwrap();
+    assert_eq!((model.name(), model.model_name(), model.dim()), ("nes1976-nes", "nes", 10));
+    assert_eq!(posteriordb::resolve("nes", other.path()).unwrap(), other.path().join("nes1976-nes"));
 
-    // Reference draws that lack a parameter.
+    // Reference draws whose second chain lacks a parameter of the first (a reference may leave
+    // out a reported quantity, but every chain the same ones).
     let names: Vec<String> = ["mu", "alpha0", "alpha1", "beta1"].map(String::from).to_vec();
     let file = tmp.path().join("draws.json");
-    std::fs::write(&file, r#"[{"mu": [1, 2], "alpha0": [1, 2], "alpha1": [0.5, 0.5]}]"#).unwrap();
+    std::fs::write(
+        &file,
+        r#"[{"mu": [1, 2], "alpha0": [1, 2], "alpha1": [0.5, 0.5], "beta1": [0.1, 0.2]},
+            {"mu": [1, 2], "alpha0": [1, 2], "alpha1": [0.5, 0.5]}]"#,
+    )
+    .unwrap();
     let msg = ReferenceDraws::from_file("garch", &file, &names).unwrap_err().to_string();
-    assert!(msg.contains("garch-garch11") && msg.contains("`beta1`") && msg.contains("chain 1 lacks"), "{msg}");
+    assert!(msg.contains("garch") && msg.contains("`beta1`") && msg.contains("chain 2 lacks"), "{msg}");
+    // A parameter the model does not report.
+    std::fs::write(&file, r#"[{"mu": [1, 2], "gamma": [1, 2]}]"#).unwrap();
+    let msg = ReferenceDraws::from_file("garch", &file, &names).unwrap_err().to_string();
+    assert!(msg.contains("`gamma`") && msg.contains("does not report"), "{msg}");
     std::fs::write(&file, r#"[{"mu": [1, 2], "alpha0": [1, 2], "alpha1": [0.5, 0.5], "beta1": [0.1]}]"#).unwrap();
     let msg = ReferenceDraws::from_file("garch", &file, &names).unwrap_err().to_string();
     assert!(msg.contains("`beta1`") && msg.contains("1 draws"), "{msg}");

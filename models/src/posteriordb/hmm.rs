@@ -76,8 +76,8 @@ pub(super) struct HmmDrive {
     /// `[1, N, 1]` each.
     u: Tensor<3>,
     v: Tensor<3>,
-    /// `alpha`'s rows, `[1, K]` each.
-    alpha: [Tensor<2>; 2],
+    /// `theta[k] ~ dirichlet(alpha[k, ]')`.
+    rows_prior: [Dirichlet<2>; 2],
 }
 
 impl HmmDrive {
@@ -88,9 +88,8 @@ impl HmmDrive {
         data.check_bounds("v", &v, Some(0.0), None)?;
         let alpha = data.matrix("alpha", (k, "K"), (k, "K"))?;
         data.check_positive("alpha", &alpha, "it is a Dirichlet concentration")?;
-        let row =
-            |r: usize| matrix_from_vec(alpha[r * k..(r + 1) * k].iter().map(|&a| a as f32).collect(), 1, k, device);
-        Ok(Self { u: series(&u, device), v: series(&v, device), alpha: [row(0), row(1)] })
+        let row = |r: usize| Dirichlet::new(&alpha[r * k..(r + 1) * k]).map_err(super::model_error("hmm_drive_0"));
+        Ok(Self { u: series(&u, device), v: series(&v, device), rows_prior: [row(0)?, row(1)?] })
     }
 }
 
@@ -105,8 +104,8 @@ impl Program for HmmDrive {
 
     fn model(&self, p: &Vars, target: &mut Target) -> Result<(), ModelError> {
         let (phi, lambda) = (p.get("phi")?, p.get("lambda")?);
-        *target += Dirichlet::new(self.alpha[0].clone())?.log_prob(p.get("theta1")?);
-        *target += Dirichlet::new(self.alpha[1].clone())?.log_prob(p.get("theta2")?);
+        *target += self.rows_prior[0].log_prob(p.get("theta1")?);
+        *target += self.rows_prior[1].log_prob(p.get("theta2")?);
         let prior_means = matrix_from_vec(vec![0.0, 3.0], 1, 2, &phi.device());
         *target += Normal::new(prior_means.clone(), 1.0)?.log_prob(phi.clone());
         *target += Normal::new(prior_means, 1.0)?.log_prob(lambda.clone());

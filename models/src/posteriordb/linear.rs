@@ -1,5 +1,4 @@
-//! The Gaussian linear-regression likelihood that kidiq, earnings, mesquite, sblrc, arK and
-//! diamonds share: `y ~ normal(X coef + intercept, sigma)`, for all particles in one product.
+//! The Gaussian linear-regression likelihood that sblrc, arK and diamonds share: `y ~ normal(X coef + intercept, sigma)`, for all particles in one product.
 
 use burn::tensor::{Device, Tensor};
 use parvi_model::dist::{Cauchy, LogProb, Normal};
@@ -62,8 +61,6 @@ impl LinearGaussian {
 /// The prior on a regression's residual scale `sigma` (sampled as `log sigma`).
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum SigmaPrior {
-    /// No `sigma ~` statement: flat on `(0, inf)`.
-    Flat,
     /// `sigma ~ cauchy(0, scale)`.
     Cauchy(f64),
     /// `sigma ~ normal(0, sd)`.
@@ -123,7 +120,6 @@ impl LogDensity for Regression {
         }
         let sigma = sigma.reshape([n]);
         match self.sigma_prior {
-            SigmaPrior::Flat => lp,
             SigmaPrior::Cauchy(scale) => {
                 lp + Cauchy::new(0.0, scale).expect("a positive constant scale").log_prob(sigma)
             }

@@ -15,16 +15,13 @@ mod data;
 mod linear;
 mod reference;
 
-#[cfg(any())] // PENDING-MERGE
 mod accel_gp;
 mod ark;
 mod diamonds;
 mod eight_schools;
 mod garch;
 mod gp_pois_regr;
-#[cfg(any())] // PENDING-MERGE
 mod gp_regr;
-#[cfg(any())] // PENDING-MERGE
 mod hmm;
 mod lotka_volterra;
 mod low_dim_gauss_mix;
@@ -275,6 +272,7 @@ pub fn load(name: &str, dir: &Path, device: &Device) -> Result<PosteriorDbModel,
 /// data): any data set of a known model runs.
 pub fn load_folder(folder: &Path, device: &Device) -> Result<PosteriorDbModel, PosteriorDbError> {
     let entry = entry(folder)?;
+    known_model(&entry.name, &entry.model)?;
     let data = Data::read(&entry.name, &folder.join("data.json"))?;
     load_model(&entry.name, &entry.model, &data, folder, device)
 }
@@ -282,8 +280,21 @@ pub fn load_folder(folder: &Path, device: &Device) -> Result<PosteriorDbModel, P
 /// Loads model `model` (a posteriordb `model_name`, one of [`MODELS`]) with the Stan-format data
 /// file `data` (for example `nes` with another election year's data).
 pub fn load_data_file(model: &str, data: &Path, device: &Device) -> Result<PosteriorDbModel, PosteriorDbError> {
+    known_model(model, model)?;
     let parsed = Data::read(model, data)?;
     load_model(model, model, &parsed, data.parent().unwrap_or(Path::new(".")), device)
+}
+
+/// An [`PosteriorDbError::UnknownModel`] unless `model` is one of [`MODELS`].
+fn known_model(posterior: &str, model: &str) -> Result<(), PosteriorDbError> {
+    if MODELS.contains(&model) {
+        return Ok(());
+    }
+    Err(PosteriorDbError::UnknownModel {
+        posterior: posterior.to_string(),
+        model: model.to_string(),
+        known: MODELS.join(", "),
+    })
 }
 
 fn load_model(
@@ -330,16 +341,19 @@ fn build(name: &str, model: &str, data: &Data, device: &Device) -> Result<Built,
         "diamonds" => built(diamonds::Diamonds::new(data, device)?, diamonds::param_names(data)?),
         "earn_height"
         | "logearn_height_male"
+        | "logearn_interaction"
+        | "kidscore_momiq"
+        | "logmesquite_logvas"
         | "kidscore_interaction"
         | "kidscore_mom_work"
         | "logmesquite_logvash"
         | "mesquite"
         | "nes" => program(name, regressions::new(model, data, device)?, device),
-        // PENDING-MERGE "gp_regr" => program(name, gp_regr::GpRegr::new(data, device)?, device),
-        // PENDING-MERGE "hmm_example" => program(name, hmm::HmmExample::new(data, device)?, device),
-        // PENDING-MERGE "hmm_drive_0" => program(name, hmm::HmmDrive::new(data, device)?, device),
+        "gp_regr" => program(name, gp_regr::GpRegr::new(data, device)?, device),
+        "hmm_example" => program(name, hmm::HmmExample::new(data, device)?, device),
+        "hmm_drive_0" => program(name, hmm::HmmDrive::new(data, device)?, device),
         "lotka_volterra" => program(name, lotka_volterra::LotkaVolterra::new(data, device)?, device),
-        // PENDING-MERGE "accel_gp" => program(name, accel_gp::AccelGp::new(data, device)?, device),
+        "accel_gp" => program(name, accel_gp::AccelGp::new(data, device)?, device),
         _ => Err(PosteriorDbError::UnknownModel {
             posterior: name.to_string(),
             model: model.to_string(),
