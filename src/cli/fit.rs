@@ -213,8 +213,9 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
 
     let precondition = match args.precondition.as_deref().unwrap_or("laplace") {
         "laplace" => Precondition::Laplace,
+        "pathfinder" => Precondition::Pathfinder,
         "none" => Precondition::None,
-        other => bail!("invalid setting `--precondition`: `{other}` (expected laplace or none)"),
+        other => bail!("invalid setting `--precondition`: `{other}` (expected laplace, pathfinder or none)"),
     };
     if args.resume.is_none() {
         // Refused by name rather than ending in an allocation abort: the particles, their
@@ -238,6 +239,7 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
         label: RunLabel {
             model: match precondition {
                 Precondition::Laplace => format!("{model_name} (whitened by its Laplace approximation)"),
+                Precondition::Pathfinder => format!("{model_name} (whitened by its Pathfinder approximation)"),
                 Precondition::None => model_name.clone(),
             },
             data: None,
