@@ -48,8 +48,14 @@ pub struct PathfinderConfig {
     /// Starts uniform on `(-init_radius, init_radius)` in every unconstrained coordinate (Stan: 2).
     pub init_radius: f64,
     /// A path stops when the objective's relative change `|f_k - f_k+1| / max(|f_k|, |f_k+1|, 1)`
-    /// falls below this (the model is evaluated in `f32`: much below 1e-7 is noise).
+    /// falls below this. Stan's default (1e4 machine epsilons, 2.2e-12) is below `f32`'s
+    /// rounding of the objective, so the other criteria end a path; a larger value stops paths
+    /// early on posteriors with many data rows (|f| ~ 1e4), far from the mode along flat
+    /// directions.
     pub tol_rel_obj: f64,
+    /// A path stops when the L-BFGS Newton decrement relative to the objective,
+    /// `g^T H g / max(|f|, 1)`, falls below this (Stan's `tol_rel_grad`, 1e7 machine epsilons).
+    pub tol_rel_grad: f64,
 }
 
 impl Default for PathfinderConfig {
@@ -61,7 +67,8 @@ impl Default for PathfinderConfig {
             elbo_draws: 25,
             draws_per_path: 1000,
             init_radius: 2.0,
-            tol_rel_obj: 1e-6,
+            tol_rel_obj: 1e4 * f64::EPSILON,
+            tol_rel_grad: 1e7 * f64::EPSILON,
         }
     }
 }
@@ -79,6 +86,7 @@ impl PathfinderConfig {
         positive("pathfinder.draws-per-path", self.draws_per_path)?;
         require_positive("pathfinder.init-radius", self.init_radius)?;
         require_positive("pathfinder.tol-rel-obj", self.tol_rel_obj)?;
+        require_positive("pathfinder.tol-rel-grad", self.tol_rel_grad)?;
         Ok(())
     }
 }
@@ -87,7 +95,8 @@ impl PathfinderConfig {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PathStatus {
-    /// The objective's relative change fell below the tolerance.
+    /// The objective's relative change, or the relative Newton decrement, fell below its
+    /// tolerance.
     Converged,
     /// No step along the search direction increased the density (within `f32` rounding: the
     /// search is at the mode's noise floor, or stuck).
@@ -679,7 +688,8 @@ pub fn pathfinder(
             p.f = f_new;
             p.g = g_new;
             p.iterations += 1;
-            if rel < config.tol_rel_obj {
+            let decrement = dot(&p.g, &two_loop(&p.g, &p.a, &p.s, &p.y)) / p.f.abs().max(1.0);
+            if rel < config.tol_rel_obj || decrement < config.tol_rel_grad {
                 p.status = Some(PathStatus::Converged);
             }
             // This iterate's approximation and its ELBO draws.
