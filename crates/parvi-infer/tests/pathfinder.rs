@@ -273,3 +273,68 @@ fn fit_with_pathfinder_on_a_gaussian() {
         assert!(((c[j * 3]).sqrt() / sd - 1.0).abs() < 0.1, "cov {c:?}");
     }
 }
+
+/// The measurements of docs/posteriordb.md's "Pathfinder" section (minutes of no test's time:
+/// run by hand with `-- --ignored --nocapture measurements_for_the_docs`).
+#[test]
+#[ignore]
+fn measurements_for_the_docs() {
+    use parvi_infer::{FitConfig, Precondition, fit};
+    let device = flex();
+    let funnel = Funnel { k: 9 };
+    for seed in 0..5 {
+        let t = std::time::Instant::now();
+        let f = run(&funnel, &PathfinderConfig::default(), seed, &device);
+        let secs = t.elapsed().as_secs_f64();
+        let draws = f.resample(1000, true, &mut EngineRng::new(seed));
+        let v: Vec<f64> = draws.iter().step_by(10).copied().collect();
+        let (m, c) = moments(&v, 1);
+        eprintln!(
+            "PF funnel seed {seed}: v {:.2} sd {:.2} k {:.2} evals {}+{} {secs:.2}s iters {:?}",
+            m[0],
+            c[0].sqrt(),
+            f.pareto_k,
+            f.score_evals,
+            f.density_evals,
+            f.paths.iter().map(|p| (p.iterations, p.best_iteration, p.status)).collect::<Vec<_>>()
+        );
+    }
+    for (lo, rho) in [(0.1, 0.5), (0.01, 0.8)] {
+        let d = 20;
+        let (mean, cov) = ill_conditioned(d, lo, 10.0, rho);
+        let g = Gaussian::new(&mean, &cov, &device).unwrap();
+        let t = std::time::Instant::now();
+        let f = run(&g, &PathfinderConfig::default(), 2, &device);
+        let secs = t.elapsed().as_secs_f64();
+        let draws = f.resample(4000, true, &mut EngineRng::new(7));
+        let (m, c) = moments(&draws, d);
+        let r: Vec<f64> = (0..d).map(|j| (c[j * d + j] / cov[j * d + j]).sqrt()).collect();
+        let e = (0..d).map(|j| ((m[j] - mean[j]) / cov[j * d + j].sqrt()).abs()).fold(0.0, f64::max);
+        let (rmin, rmax) = (r.iter().copied().fold(9.0, f64::min), r.iter().copied().fold(0.0, f64::max));
+        let pmin = f
+            .paths
+            .iter()
+            .flat_map(|p| (0..d).map(|j| p.sd[j] / cov[j * d + j].sqrt()).collect::<Vec<_>>())
+            .fold(9.0, f64::min);
+        eprintln!(
+            "PF gauss20 lo {lo} rho {rho}: k {:.2} max mean err {e:.2} sd ratios {rmin:.2}..{rmax:.2}, smallest path-normal sd ratio {pmin:.2}, evals {}+{} {secs:.2}s",
+            f.pareto_k, f.score_evals, f.density_evals
+        );
+    }
+    let spec = svgd();
+    for pre in [Precondition::Laplace, Precondition::Pathfinder, Precondition::None] {
+        let t = std::time::Instant::now();
+        let r = fit(&funnel, &spec, &FitConfig { precondition: pre, ..Default::default() }, &mut [], &device).unwrap();
+        let v: Vec<f64> = r.draws.to_rows().iter().map(|r| r[0] as f64).collect();
+        let (m, c) = moments(&v, 1);
+        eprintln!(
+            "fit svgd funnel {pre:?}: used {:?} v {:.2} sd {:.2} {:.1}s pre {:.2}s warnings {}",
+            r.precondition,
+            m[0],
+            c[0].sqrt(),
+            t.elapsed().as_secs_f64(),
+            r.laplace_seconds,
+            r.diagnostics.warnings.len()
+        );
+    }
+}

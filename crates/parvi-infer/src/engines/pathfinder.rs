@@ -621,7 +621,8 @@ pub fn pathfinder(
         for &i in &running {
             let p = &mut paths[i];
             let mut dir: Vec<f64> = two_loop(&p.g, &p.a, &p.s, &p.y).iter().map(|v| -v).collect();
-            if !(dot(&dir, &p.g) < 0.0) {
+            let descends = dot(&dir, &p.g) < 0.0;
+            if !descends {
                 p.s.clear();
                 p.y.clear();
                 p.a = vec![1.0; d];
@@ -882,7 +883,8 @@ pub fn gpd_fit(x: &[f64]) -> (f64, f64) {
     let mut weights: Vec<f64> =
         (0..m).map(|i| 1.0 / len_scale.iter().map(|l| (l - len_scale[i]).exp()).sum::<f64>()).collect();
     for w in weights.iter_mut() {
-        if !(*w >= 10.0 * f64::EPSILON) {
+        // Negligible (or NaN) weights are dropped, as ArviZ's.
+        if w.is_nan() || *w < 10.0 * f64::EPSILON {
             *w = 0.0;
         }
     }
