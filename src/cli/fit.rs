@@ -56,8 +56,10 @@ pub struct FitArgs {
     #[arg(long, allow_negative_numbers = true)]
     pub bandwidth: Option<f64>,
     /// Coordinates the engine works in: laplace (whitened by the Laplace approximation at the
-    /// mode, the particles started from it) or none (the model's own, particles from
-    /// N(0, init-std^2)) [default: laplace].
+    /// mode, the particles started from it), pathfinder (whitened by Pathfinder's
+    /// importance-weighted moments, the particles from its draws) or none (the model's own,
+    /// particles from N(0, init-std^2)); a search that ran away falls back to the other, then to
+    /// none, with a warning [default: laplace].
     #[arg(long)]
     pub precondition: Option<String>,
     /// Standard deviation of the initial particles, around 0 in the engine's coordinates

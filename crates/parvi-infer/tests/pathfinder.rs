@@ -274,6 +274,32 @@ fn fit_with_pathfinder_on_a_gaussian() {
     }
 }
 
+/// The engine through the registry and `fit` (unpreconditioned): its particles are the
+/// resampled draws, its k-hat reaches the diagnostics, and it resumes as done.
+#[test]
+fn the_engine_through_fit() {
+    use parvi_infer::{AdapterConfig, EngineSpec, FitConfig, KernelConfig, MethodConfig, Precondition, fit};
+    let device = flex();
+    let (mean, cov) = ([1.0, -2.0], [1.0, 1.8, 1.8, 4.0]);
+    let target = Gaussian::new(&mean, &cov, &device).unwrap();
+    let spec = EngineSpec::new(
+        MethodConfig::default_for("pathfinder").unwrap(),
+        KernelConfig::default(),
+        AdapterConfig::default(),
+    );
+    let config = FitConfig { precondition: Precondition::None, particles: 1000, steps: 3, ..Default::default() };
+    let result = fit(&target, &spec, &config, &mut [], &device).unwrap();
+    assert!(result.diagnostics.pareto_k.unwrap() < 0.5, "{:?}", result.diagnostics);
+    assert!(result.report["paths"].as_array().unwrap().len() == 4);
+    let draws: Vec<f64> = result.draws.to_rows().iter().flatten().map(|&v| v as f64).collect();
+    assert_matches(&draws, &mean, &cov, 5.0, 0.1, 0.06, "engine draws");
+    // A bad option through the registry names it.
+    let bad = serde_json::json!({"method": "pathfinder", "history": 0});
+    let config: MethodConfig = serde_json::from_value(bad).unwrap();
+    let err = EngineSpec::new(config, KernelConfig::default(), AdapterConfig::default()).build().err().unwrap();
+    assert!(err.to_string().contains("pathfinder.history"), "{err}");
+}
+
 /// The measurements of docs/posteriordb.md's "Pathfinder" section (minutes of no test's time:
 /// run by hand with `-- --ignored --nocapture measurements_for_the_docs`).
 #[test]
@@ -299,12 +325,12 @@ fn measurements_for_the_docs() {
             f.paths.iter().map(|p| (p.iterations, p.best_iteration, p.status)).collect::<Vec<_>>()
         );
     }
-    for (lo, rho) in [(0.1, 0.5), (0.01, 0.8)] {
+    for (lo, rho, history) in [(0.1, 0.5, 6), (0.01, 0.8, 6), (0.01, 0.8, 20)] {
         let d = 20;
         let (mean, cov) = ill_conditioned(d, lo, 10.0, rho);
         let g = Gaussian::new(&mean, &cov, &device).unwrap();
         let t = std::time::Instant::now();
-        let f = run(&g, &PathfinderConfig::default(), 2, &device);
+        let f = run(&g, &PathfinderConfig { history, ..Default::default() }, 2, &device);
         let secs = t.elapsed().as_secs_f64();
         let draws = f.resample(4000, true, &mut EngineRng::new(7));
         let (m, c) = moments(&draws, d);
@@ -317,7 +343,7 @@ fn measurements_for_the_docs() {
             .flat_map(|p| (0..d).map(|j| p.sd[j] / cov[j * d + j].sqrt()).collect::<Vec<_>>())
             .fold(9.0, f64::min);
         eprintln!(
-            "PF gauss20 lo {lo} rho {rho}: k {:.2} max mean err {e:.2} sd ratios {rmin:.2}..{rmax:.2}, smallest path-normal sd ratio {pmin:.2}, evals {}+{} {secs:.2}s",
+            "PF gauss20 lo {lo} rho {rho} history {history}: k {:.2} max mean err {e:.2} sd ratios {rmin:.2}..{rmax:.2}, smallest path-normal sd ratio {pmin:.2}, evals {}+{} {secs:.2}s",
             f.pareto_k, f.score_evals, f.density_evals
         );
     }
