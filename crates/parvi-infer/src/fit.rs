@@ -445,6 +445,18 @@ pub fn fit(
         }
     }
     diagnostics.warnings.splice(0..0, pre.warnings);
+    // Pathfinder's paths at separate modes: the particles start over them in proportion to the
+    // importance weights, which few paths per mode estimate poorly.
+    if let Some(f) = pre.pathfinder.as_ref().filter(|_| pre.used == Precondition::Pathfinder) {
+        let modes = f.modes(crate::core::SEPARATE_MODE);
+        if modes > 1 {
+            diagnostics.warnings.push(format!(
+                "the posterior has at least {modes} separate modes (Pathfinder's paths ended at approximations more than {} of their sds apart): the particles started over them by importance weight, but {} may not weight them right (compare runs with other seeds, or --precondition laplace)",
+                crate::core::SEPARATE_MODE,
+                engine.name()
+            ));
+        }
+    }
     diagnostics.pareto_k = diagnostics.pareto_k.or(pre.pathfinder.as_ref().map(|p| p.pareto_k));
     diagnostics.judge(engine.name(), laplace.as_ref());
     let particles = back(&outcome.particles);

@@ -258,6 +258,17 @@ fn fit_with_pathfinder_on_a_gaussian() {
     let laplace = Laplace::fit(&target, &LaplaceConfig::default(), &mut EngineRng::new(0), &device).unwrap();
     assert!(laplace.evidence_drop < 1.0 && laplace.runaway().is_none(), "{}", laplace.evidence_drop);
 
+    // Two modes, (-2, -2) and (2, 2) with sd 0.8: Pathfinder's paths find both, and the run
+    // says so.
+    let mixture = parvi_models::builtin_target("mixture", &device).unwrap();
+    let config = FitConfig { precondition: Precondition::Pathfinder, steps: 50, check_steps: 0, ..Default::default() };
+    let result = fit(mixture.density.as_ref(), &svgd(), &config, &mut [], &device).unwrap();
+    let w = &result.diagnostics.warnings;
+    assert!(
+        result.precondition != Precondition::Pathfinder || w.iter().any(|m| m.contains("separate modes")),
+        "{w:#?}"
+    );
+
     let (mean, cov) = ([1.0, -2.0], [1.0, 1.8, 1.8, 4.0]);
     let target = Gaussian::new(&mean, &cov, &device).unwrap();
     let config = FitConfig { precondition: Precondition::Pathfinder, steps: 300, particles: 200, ..Default::default() };

@@ -223,6 +223,24 @@ impl PathfinderFit {
         out
     }
 
+    /// How many separate modes the paths' chosen approximations sit at: paths whose means
+    /// differ by more than `separation` of their own (larger) sd in some coordinate are at
+    /// different modes (clusters formed greedily, in path order). Pooled importance weights can
+    /// weight such modes only as well as the few paths that found them.
+    pub fn modes(&self, separation: f64) -> usize {
+        let chosen: Vec<&PathReport> = self.paths.iter().filter(|p| p.best_iteration > 0).collect();
+        let mut centres: Vec<&PathReport> = Vec::new();
+        for p in chosen {
+            let apart = |c: &PathReport| {
+                (0..self.dim).any(|j| (p.mean[j] - c.mean[j]).abs() > separation * p.sd[j].max(c.sd[j]))
+            };
+            if centres.iter().all(|c| apart(c)) {
+                centres.push(p);
+            }
+        }
+        centres.len()
+    }
+
     /// A summary for reports: k-hat, the paths, the counts.
     pub fn summary(&self) -> serde_json::Value {
         serde_json::json!({
