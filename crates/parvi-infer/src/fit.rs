@@ -367,7 +367,7 @@ pub fn fit(
     let laplace = pre.laplace;
     let whitened = match (&laplace, &pre.whitening) {
         (Some(l), _) => Some(Whitened::new(&counted, l, device)?),
-        (None, Some((shift, scale, _))) => Some(Whitened::affine(&counted, shift, scale, device)?),
+        (None, Some(w)) => Some(Whitened::affine(&counted, &w.shift, &w.scale, device)?),
         (None, None) => None,
     };
     let target: &dyn LogDensity = match &whitened {
@@ -376,8 +376,9 @@ pub fn fit(
     };
     let mut start = Particles::gaussian(config.particles, model.dim(), 0.0, config.init_std, &mut rng, device)?;
     // Pathfinder's draws, whitened, are the start where it preconditions.
-    if let Some((_, _, z)) = &pre.whitening {
-        start = Particles::from_rows(z.iter().map(|&v| v as f32).collect(), config.particles, model.dim(), device)?;
+    if let Some(w) = &pre.whitening {
+        start =
+            Particles::from_rows(w.start.iter().map(|&v| v as f32).collect(), config.particles, model.dim(), device)?;
     }
     // Several modes: the particles start spread over all of them in turn (the best mode, then
     // each other one), each share around its mode as they would be around the one.
@@ -484,13 +485,21 @@ struct Prepared {
     laplace: Option<Laplace>,
     /// Pathfinder's run, when one was made (used or not).
     pathfinder: Option<PathfinderFit>,
-    /// Pathfinder's whitening, when it whitens: the shift, the lower scale (row-major) and the
-    /// initial particles in whitened coordinates (row-major `[particles, dim]`).
-    whitening: Option<(Vec<f64>, Vec<f64>, Vec<f64>)>,
+    /// Pathfinder's whitening, when it whitens.
+    whitening: Option<Whitening>,
     /// The preconditioner used in the end.
     used: Precondition,
     /// Why a preconditioner was not used.
     warnings: Vec<String>,
+}
+
+/// An affine whitening `x = shift + scale z` and the initial particles in its coordinates.
+struct Whitening {
+    shift: Vec<f64>,
+    /// Lower triangular, row-major `dim x dim`.
+    scale: Vec<f64>,
+    /// Row-major `[particles, dim]`.
+    start: Vec<f64>,
 }
 
 /// Runs the preconditioner `config` asks for and falls back from one that failed or ran away:
@@ -565,11 +574,7 @@ fn precondition(model: &dyn LogDensity, config: &FitConfig, rng: &mut EngineRng,
 
 /// Pathfinder's whitening: the importance-weighted mean, the Cholesky factor of the weighted
 /// covariance, and `particles` distinct resampled draws in those coordinates (times `init_std`).
-fn pathfinder_whitening(
-    fit: &PathfinderFit,
-    config: &FitConfig,
-    rng: &mut EngineRng,
-) -> Result<(Vec<f64>, Vec<f64>, Vec<f64>), String> {
+fn pathfinder_whitening(fit: &PathfinderFit, config: &FitConfig, rng: &mut EngineRng) -> Result<Whitening, String> {
     let d = fit.dim;
     let factor = parvi_model::linalg::host::Cholesky::factor(&fit.covariance, d, 0.0)
         .map_err(|e| format!("Pathfinder's weighted covariance is not positive definite ({e})"))?;
@@ -587,7 +592,7 @@ fn pathfinder_whitening(
     if !z.iter().all(|v| v.is_finite()) {
         return Err("Pathfinder's draws are non-finite in its whitened coordinates".into());
     }
-    Ok((fit.mean.clone(), l, z))
+    Ok(Whitening { shift: fit.mean.clone(), scale: l, start: z })
 }
 
 /// The squared KSD of `x` under `model` (full data), or `None` where the model has no gradient

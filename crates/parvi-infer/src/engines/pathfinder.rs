@@ -529,6 +529,9 @@ fn log_probs(model: &dyn LogDensity, x: &[f64], d: usize, device: &Device) -> Ve
         .collect()
 }
 
+/// A point with its objective `f = -log p` and gradient of `f`.
+type Point = (Vec<f64>, f64, Vec<f64>);
+
 /// One path's L-BFGS state on the objective `f = -log p`.
 struct Path {
     x: Vec<f64>,
@@ -616,7 +619,7 @@ pub fn pathfinder(
 
     // Dispersed starts, uniform(-R, R) as Stan's; a start where the density or its gradient is
     // not finite is drawn again (Stan tries 100 times).
-    let mut starts: Vec<Option<(Vec<f64>, f64, Vec<f64>)>> = vec![None; n_paths];
+    let mut starts: Vec<Option<Point>> = vec![None; n_paths];
     for _ in 0..100 {
         let missing: Vec<usize> = (0..n_paths).filter(|&i| starts[i].is_none()).collect();
         if missing.is_empty() {
@@ -684,7 +687,7 @@ pub fn pathfinder(
         // Backtracking (Armijo, c1 = 1e-4) for all running paths at once: one batched score per
         // trial of the paths still searching.
         let mut searching: Vec<usize> = (0..running.len()).collect();
-        let mut accepted: Vec<Option<(Vec<f64>, f64, Vec<f64>)>> = vec![None; running.len()];
+        let mut accepted: Vec<Option<Point>> = vec![None; running.len()];
         for _ in 0..40 {
             if searching.is_empty() {
                 break;
@@ -884,7 +887,7 @@ pub fn psis(log_weights: &mut [f64]) -> f64 {
     let mut order: Vec<usize> = (0..s).collect();
     order.sort_by(|&a, &b| log_weights[a].total_cmp(&log_weights[b]));
     let tail_len = (0.2 * s as f64).min(3.0 * (s as f64).sqrt()).ceil() as usize;
-    let k = if tail_len + 1 > s {
+    let k = if tail_len >= s {
         f64::INFINITY
     } else {
         let cutoff = log_weights[order[s - tail_len - 1]].max(f64::MIN_POSITIVE.ln());
