@@ -69,8 +69,9 @@ pub struct Laplace {
     #[serde(default)]
     pub other_modes: Vec<Vec<f64>>,
     /// How far the Laplace evidence `log p(x) + log det(-H(x))^(-1/2)` at the mode falls below
-    /// its largest value at the points the search passed through (nats; 0 when it does not):
-    /// the search ran away from the mass (see [`RUNAWAY_NATS`]).
+    /// its largest value at the points the search passed through where the smallest marginal
+    /// sd was more than 100 times the mode's (nats; 0 when it does not): the search ran away
+    /// from the mass (see [`RUNAWAY_NATS`]).
     #[serde(default)]
     pub evidence_drop: f64,
 }
@@ -232,6 +233,9 @@ impl Laplace {
         // not positive definite): log det L = sum log L_ii.
         let mode_evidence =
             Some(log_prob + (0..dim).map(|i| scale[i * dim + i].ln()).sum::<f64>()).filter(|e: &f64| e.is_finite());
+        let smallest_sd = (0..dim)
+            .map(|i| (0..=i).map(|k| scale[i * dim + k].powi(2)).sum::<f64>().sqrt())
+            .fold(f64::INFINITY, f64::min);
         let mut evidence_drop = 0.0f64;
         for point in &path {
             let row = to_vec_f64(point)[best * dim..(best + 1) * dim].to_vec();
@@ -241,8 +245,12 @@ impl Laplace {
             let Ok(h_row) = curvature(model, &row, &mut steps, device) else {
                 continue;
             };
-            let e_row = evidence(lp_row, &h_row, dim);
-            if let (Some(e), Some(e_mode)) = (e_row, mode_evidence) {
+            // Only a fall that comes with a direction's scale collapsing (100-fold) counts: near
+            // the inflection of a heavy tail the evidence is large because the curvature
+            // vanishes there, not because the mode's volume collapsed.
+            if let (Some((e, sd_row)), Some(e_mode)) = (evidence(lp_row, &h_row, dim), mode_evidence)
+                && smallest_sd < 0.01 * sd_row
+            {
                 evidence_drop = evidence_drop.max(e - e_mode);
             }
         }
@@ -284,13 +292,15 @@ impl Laplace {
 }
 
 /// The Laplace evidence at a point with log density `lp` and Hessian `h`:
-/// `lp - log det(-h) / 2` (the `log 2 pi` term, the same everywhere, dropped); `None` where
-/// `-h` is not positive definite (no local Gaussian to integrate).
-fn evidence(lp: f64, h: &[f64], dim: usize) -> Option<f64> {
+/// `lp - log det(-h) / 2` (the `log 2 pi` term, the same everywhere, dropped), and the smallest
+/// marginal sd of `(-h)^-1`; `None` where `-h` is not positive definite (no local Gaussian to
+/// integrate).
+fn evidence(lp: f64, h: &[f64], dim: usize) -> Option<(f64, f64)> {
     let neg: Vec<f64> = h.iter().map(|v| -v).collect();
     let factor = Cholesky::factor(&neg, dim, 0.0).ok()?;
     let e = lp - 0.5 * factor.log_det();
-    e.is_finite().then_some(e)
+    let smallest_sd = diagonal_sd(&factor.inverse(), dim).into_iter().fold(f64::INFINITY, f64::min);
+    e.is_finite().then_some((e, smallest_sd))
 }
 
 /// `log p` and the score at one point, on the host.
