@@ -55,8 +55,10 @@ pub struct FitArgs {
     #[arg(long, allow_negative_numbers = true)]
     pub bandwidth: Option<f64>,
     /// Coordinates the engine works in: laplace (whitened by the Laplace approximation at the
-    /// mode, the particles started from it) or none (the model's own, particles from
-    /// N(0, init-std^2)) [default: laplace].
+    /// mode, the particles started from it), pathfinder (whitened by Pathfinder's
+    /// importance-weighted moments, the particles from its draws) or none (the model's own,
+    /// particles from N(0, init-std^2)); a search that ran away falls back to the other, then to
+    /// none, with a warning [default: laplace].
     #[arg(long)]
     pub precondition: Option<String>,
     /// Standard deviation of the initial particles, around 0 in the engine's coordinates
@@ -219,8 +221,9 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
 
     let precondition = match args.precondition.as_deref().unwrap_or("laplace") {
         "laplace" => Precondition::Laplace,
+        "pathfinder" => Precondition::Pathfinder,
         "none" => Precondition::None,
-        other => bail!("invalid setting `--precondition`: `{other}` (expected laplace or none)"),
+        other => bail!("invalid setting `--precondition`: `{other}` (expected laplace, pathfinder or none)"),
     };
     if args.resume.is_none() {
         // Refused by name rather than ending in an allocation abort: the particles, their
@@ -244,6 +247,7 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
         label: RunLabel {
             model: match precondition {
                 Precondition::Laplace => format!("{model_name} (whitened by its Laplace approximation)"),
+                Precondition::Pathfinder => format!("{model_name} (whitened by its Pathfinder approximation)"),
                 Precondition::None => model_name.clone(),
             },
             data: None,

@@ -117,8 +117,9 @@ pub fn run(args: PosteriorDbArgs) -> Result<()> {
     }
     let precondition = match args.precondition.as_str() {
         "laplace" => Precondition::Laplace,
+        "pathfinder" => Precondition::Pathfinder,
         "none" => Precondition::None,
-        other => bail!("invalid setting `--precondition`: `{other}` (expected laplace or none)"),
+        other => bail!("invalid setting `--precondition`: `{other}` (expected laplace, pathfinder or none)"),
     };
     let posteriors: Vec<(String, PathBuf)> = if args.posterior == "all" {
         posteriordb::list(&dir)?.into_iter().map(|e| (e.name, e.folder)).collect()

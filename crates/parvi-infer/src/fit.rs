@@ -1,7 +1,8 @@
 //! The default path from a model to a posterior, the same for every engine: precondition by the
-//! Laplace approximation, start the particles from it, run the engine, and map what stands for
-//! the posterior (the particles, or an MCMC engine's collected draws) back to the model's own
-//! coordinates, with the counts a comparison needs.
+//! Laplace approximation or by Pathfinder's (falling back, with a warning, from one whose search
+//! ran away), start the particles from it, run the engine, and map what stands for the posterior
+//! (the particles, or an MCMC engine's collected draws) back to the model's own coordinates,
+//! with the counts a comparison needs.
 
 use std::cell::Cell;
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use parvi_model::{LogDensity, Minibatch};
 use serde::{Deserialize, Serialize};
 
 use crate::core::{Checkpoint, Collective};
+use crate::engines::pathfinder::{PathfinderConfig, PathfinderFit, pathfinder};
 use crate::evaluation::{
     MalaChains, Polish, PolishConfig, Stationarity, StationarityConfig, Statistic, ksd_squared, polish,
     stationarity_check_chains,
@@ -28,10 +30,21 @@ pub enum Precondition {
     /// The model's own coordinates, particles from `N(0, init_std^2 I)`.
     None,
     /// Whitened by the Laplace approximation at the mode (see [`Laplace`]), particles from it
-    /// (`N(0, init_std^2 I)` in whitened coordinates).
+    /// (`N(0, init_std^2 I)` in whitened coordinates). A search that ran away (down a funnel's
+    /// neck: [`Laplace::runaway`]) falls back to Pathfinder, then to none, with a warning.
     #[default]
     Laplace,
+    /// Whitened by Pathfinder's importance-weighted mean and covariance
+    /// ([`crate::engines::pathfinder`]), particles from its resampled draws (distinct, scaled by
+    /// `init_std` in whitened coordinates). An unreliable fit ([`PathfinderFit::problems`]:
+    /// k-hat > 0.7, a path that ran away, paths that disagree) falls back to Laplace, then to
+    /// none, with a warning.
+    Pathfinder,
 }
+
+/// Paths whose approximations' means lie further apart than this many posterior sds found
+/// different regions: their pooled moments whiten no single one of them.
+pub const MAX_PATH_DISAGREEMENT: f64 = 4.0;
 
 /// Settings of [`fit`] beyond the engine's own.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -47,6 +60,9 @@ pub struct FitConfig {
     pub precondition: Precondition,
     /// The mode search of [`Precondition::Laplace`].
     pub laplace: LaplaceConfig,
+    /// Pathfinder's options for [`Precondition::Pathfinder`] (its draws per path are raised to
+    /// twice the particles over the paths where that is more).
+    pub pathfinder: PathfinderConfig,
     /// Spread of the initial particles (in whitened coordinates with [`Precondition::Laplace`]).
     pub init_std: f64,
     /// Minibatch rows per step (models with data); `None` uses all rows.
@@ -89,6 +105,7 @@ impl Default for FitConfig {
             seed: 0,
             precondition: Precondition::Laplace,
             laplace: LaplaceConfig::default(),
+            pathfinder: PathfinderConfig::default(),
             init_std: 1.0,
             batch_size: None,
             progress: false,
@@ -110,15 +127,20 @@ pub struct FitResult {
     /// What stands for the posterior: the polish step's draws when it ran, else the engine's
     /// collected draws (SGLD's trace after burn-in and thinning), else the final particles.
     pub draws: Particles,
-    /// The Laplace approximation the engine ran in, with [`Precondition::Laplace`].
+    /// The Laplace approximation the engine ran in, when it ran in one.
     pub laplace: Option<Laplace>,
+    /// The summary of the Pathfinder run (k-hat, its paths), when one was made, used or not.
+    pub pathfinder: Option<serde_json::Value>,
+    /// The coordinates the engine ran in, after any fallback.
+    pub precondition: Precondition,
     /// Steps run by this call (fewer than `steps` after a resume).
     pub steps_run: usize,
     /// Steps of the run in all (the Laplace search excluded).
     pub steps: usize,
     /// Wall seconds of the engine's run.
     pub seconds: f64,
-    /// Wall seconds of the Laplace search.
+    /// Wall seconds of the preconditioner's searches (Laplace, Pathfinder, or both after a
+    /// fallback).
     pub laplace_seconds: f64,
     /// Model evaluations, one per particle and call (with or without a gradient), Laplace
     /// search included.
@@ -160,6 +182,10 @@ pub struct Diagnostics {
     pub min_ess: Option<f64>,
     /// The Laplace search's Newton decrement at the mode.
     pub newton_decrement: Option<f64>,
+    /// The Pareto k-hat of the Pathfinder run that preconditioned (or was tried), or of the
+    /// `pathfinder` engine.
+    #[serde(default)]
+    pub pareto_k: Option<f64>,
     /// The stationarity check of a non-MCMC engine's final particles (MALA chains started at
     /// them, their moments compared before and after, in the model's unconstrained coordinates);
     /// `None` for MCMC engines, targets without a gradient, or with `check_steps = 0`.
@@ -212,10 +238,18 @@ impl Diagnostics {
     /// The report's diagnostics, not yet judged.
     fn read(report: &serde_json::Value) -> Self {
         let number = |key: &str| report.get(key).and_then(serde_json::Value::as_f64);
+        // An engine's own warnings (Pathfinder's k-hat) come with its report.
+        let warnings = report
+            .get("warnings")
+            .and_then(serde_json::Value::as_array)
+            .map(|w| w.iter().filter_map(|v| v.as_str().map(String::from)).collect())
+            .unwrap_or_default();
         Diagnostics {
             movement: number("movement"),
             max_rhat: number("max_rhat"),
             min_ess: number("min_ess"),
+            pareto_k: number("pareto_k"),
+            warnings,
             ..Default::default()
         }
     }
@@ -352,26 +386,24 @@ pub fn fit(
     let counted = Counted { model, evals: Cell::new(0) };
     let mut rng = EngineRng::new(config.seed ^ 0x1A9_1ACE);
     let started = Instant::now();
-    // A mode search that fails (a density non-finite around every start, say) leaves the run
-    // unpreconditioned, with a warning, rather than failing it.
-    let mut laplace_failure = None;
-    let laplace = match config.precondition {
-        Precondition::None => None,
-        Precondition::Laplace => match Laplace::fit(&counted, &config.laplace, &mut rng, device) {
-            Ok(l) => Some(l),
-            Err(e) => {
-                laplace_failure = Some(format!("no preconditioning: the Laplace search failed ({e})"));
-                None
-            }
-        },
-    };
+    let pre = precondition(&counted, config, &mut rng, device);
     let laplace_seconds = started.elapsed().as_secs_f64();
-    let whitened = laplace.as_ref().map(|l| Whitened::new(&counted, l, device)).transpose()?;
+    let laplace = pre.laplace;
+    let whitened = match (&laplace, &pre.whitening) {
+        (Some(l), _) => Some(Whitened::new(&counted, l, device)?),
+        (None, Some(w)) => Some(Whitened::affine(&counted, &w.shift, &w.scale, device)?),
+        (None, None) => None,
+    };
     let target: &dyn LogDensity = match &whitened {
         Some(w) => w,
         None => &counted,
     };
     let mut start = Particles::gaussian(config.particles, model.dim(), 0.0, config.init_std, &mut rng, device)?;
+    // Pathfinder's draws, whitened, are the start where it preconditions.
+    if let Some(w) = &pre.whitening {
+        start =
+            Particles::from_rows(w.start.iter().map(|&v| v as f32).collect(), config.particles, model.dim(), device)?;
+    }
     // Several modes: the particles start spread over all of them in turn (the best mode, then
     // each other one), each share around its mode as they would be around the one.
     if let Some(l) = laplace.as_ref().filter(|l| !l.other_modes.is_empty()) {
@@ -455,7 +487,20 @@ pub fn fit(
             Err(e) => diagnostics.warnings.push(format!("the polish step failed: {e}")),
         }
     }
-    diagnostics.warnings.extend(laplace_failure);
+    diagnostics.warnings.splice(0..0, pre.warnings);
+    // Pathfinder's paths at separate modes: the particles start over them in proportion to the
+    // importance weights, which few paths per mode estimate poorly.
+    if let Some(f) = pre.pathfinder.as_ref().filter(|_| pre.used == Precondition::Pathfinder) {
+        let modes = f.modes(crate::core::SEPARATE_MODE);
+        if modes > 1 {
+            diagnostics.warnings.push(format!(
+                "the posterior has at least {modes} separate modes (Pathfinder's paths ended at approximations more than {} of their sds apart): the particles started over them by importance weight, but {} may not weight them right (compare runs with other seeds, or --precondition laplace)",
+                crate::core::SEPARATE_MODE,
+                engine.name()
+            ));
+        }
+    }
+    diagnostics.pareto_k = diagnostics.pareto_k.or(pre.pathfinder.as_ref().map(|p| p.pareto_k));
     diagnostics.judge(engine.name(), laplace.as_ref());
     let particles = back(&outcome.particles);
     let draws = match polished {
@@ -466,6 +511,8 @@ pub fn fit(
         particles,
         draws,
         laplace,
+        pathfinder: pre.pathfinder.as_ref().map(PathfinderFit::summary),
+        precondition: pre.used,
         steps_run: outcome.steps_run,
         steps: outcome.steps,
         seconds: outcome.seconds,
@@ -474,6 +521,123 @@ pub fn fit(
         report,
         diagnostics,
     })
+}
+
+/// What the preconditioning chose: the approximation the engine runs in, with the warnings of
+/// any fallback on the way.
+struct Prepared {
+    /// The Laplace approximation, when it whitens.
+    laplace: Option<Laplace>,
+    /// Pathfinder's run, when one was made (used or not).
+    pathfinder: Option<PathfinderFit>,
+    /// Pathfinder's whitening, when it whitens.
+    whitening: Option<Whitening>,
+    /// The preconditioner used in the end.
+    used: Precondition,
+    /// Why a preconditioner was not used.
+    warnings: Vec<String>,
+}
+
+/// An affine whitening `x = shift + scale z` and the initial particles in its coordinates.
+struct Whitening {
+    shift: Vec<f64>,
+    /// Lower triangular, row-major `dim x dim`.
+    scale: Vec<f64>,
+    /// Row-major `[particles, dim]`.
+    start: Vec<f64>,
+}
+
+/// Runs the preconditioner `config` asks for and falls back from one that failed or ran away:
+/// Laplace to Pathfinder, Pathfinder to Laplace, either to none. The whitening must never come
+/// from a point where the density runs away (a funnel's neck, a flat direction): it would put
+/// the engine's whole unit scale where the posterior has no mass.
+fn precondition(model: &dyn LogDensity, config: &FitConfig, rng: &mut EngineRng, device: &Device) -> Prepared {
+    let mut out =
+        Prepared { laplace: None, pathfinder: None, whitening: None, used: Precondition::None, warnings: vec![] };
+    let order = match config.precondition {
+        Precondition::None => return out,
+        Precondition::Laplace => [Precondition::Laplace, Precondition::Pathfinder],
+        Precondition::Pathfinder => [Precondition::Pathfinder, Precondition::Laplace],
+    };
+    for (attempt, kind) in order.into_iter().enumerate() {
+        let problem = match kind {
+            Precondition::Laplace => match Laplace::fit(model, &config.laplace, rng, device) {
+                Ok(l) => match l.runaway() {
+                    Some(why) => Some(why),
+                    None => {
+                        out.laplace = Some(l);
+                        None
+                    }
+                },
+                Err(e) => Some(format!("the Laplace search failed ({e})")),
+            },
+            _ => {
+                let mut options = config.pathfinder.clone();
+                options.draws_per_path =
+                    options.draws_per_path.max((2 * config.particles).div_ceil(options.paths.max(1)));
+                match pathfinder(model, &options, rng, device) {
+                    Ok(fit) => {
+                        let problems = fit.problems(options.max_iters, MAX_PATH_DISAGREEMENT);
+                        let verdict = if problems.is_empty() {
+                            match pathfinder_whitening(&fit, config, rng) {
+                                Ok(w) => {
+                                    out.whitening = Some(w);
+                                    None
+                                }
+                                Err(e) => Some(e),
+                            }
+                        } else {
+                            Some(problems.join("; "))
+                        };
+                        out.pathfinder = Some(fit);
+                        verdict
+                    }
+                    Err(e) => Some(format!("Pathfinder failed ({e})")),
+                }
+            }
+        };
+        match problem {
+            None => {
+                out.used = kind;
+                return out;
+            }
+            Some(why) => {
+                let next = if attempt == 0 {
+                    match order[1] {
+                        Precondition::Laplace => "trying the Laplace preconditioner",
+                        _ => "trying Pathfinder's",
+                    }
+                } else {
+                    "no preconditioning: the particles start from N(0, init_std^2 I) in the model's own coordinates"
+                };
+                out.warnings.push(format!("{why}; {next}"));
+            }
+        }
+    }
+    out
+}
+
+/// Pathfinder's whitening: the importance-weighted mean, the Cholesky factor of the weighted
+/// covariance, and `particles` distinct resampled draws in those coordinates (times `init_std`).
+fn pathfinder_whitening(fit: &PathfinderFit, config: &FitConfig, rng: &mut EngineRng) -> Result<Whitening, String> {
+    let d = fit.dim;
+    let factor = parvi_model::linalg::host::Cholesky::factor(&fit.covariance, d, 0.0)
+        .map_err(|e| format!("Pathfinder's weighted covariance is not positive definite ({e})"))?;
+    let l = factor.lower().to_vec();
+    let draws = fit.resample(config.particles, false, rng);
+    let mut z = vec![0.0; draws.len()];
+    for (row, out) in draws.chunks(d).zip(z.chunks_mut(d)) {
+        // z = L^-1 (x - m) by forward substitution.
+        for i in 0..d {
+            let dot: f64 = (0..i).map(|j| l[i * d + j] * out[j]).sum();
+            out[i] = (row[i] - fit.mean[i] - dot) / l[i * d + i];
+        }
+    }
+    z.iter_mut().for_each(|v| *v *= config.init_std);
+    if !z.iter().all(|v| v.is_finite()) {
+        return Err("Pathfinder's draws are non-finite in its whitened coordinates".into());
+    }
+    Ok(Whitening { shift: fit.mean.clone(), scale: l, start: z })
 }
 
 /// The squared KSD of `x` under `model` (full data), or `None` where the model has no gradient

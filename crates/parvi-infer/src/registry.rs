@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::engines::{
     AdversarialConfig, AnnealedConfig, AnnealedSvgdConfig, ControlFunctionalConfig, EngineConfig, GfSvgdConfig,
-    InducedConfig, MkSvgdConfig, MmdFwConfig, RepulsiveSgldConfig, SgldConfig, SteinPointsConfig, SubsetConfig,
-    SvgdConfig,
+    InducedConfig, MkSvgdConfig, MmdFwConfig, PathfinderConfig, RepulsiveSgldConfig, SgldConfig, SteinPointsConfig,
+    SubsetConfig, SvgdConfig,
 };
 use crate::{AdapterConfig, Engine, InferError, KernelConfig};
 
@@ -80,6 +80,7 @@ registry! {
     "svgd-subset" => SvgdSubset(SubsetConfig), "Random-subset SVGD (Kang).";
     "svgd-cf" => SvgdCf(ControlFunctionalConfig), "Random-subset SVGD with control-functional weights (Kang).";
     "svgd-induced" => SvgdInduced(InducedConfig), "SVGD through random induced points (Kang).";
+    "pathfinder" => Pathfinder(PathfinderConfig), "Multi-path Pathfinder: L-BFGS normal approximations and Pareto-smoothed importance resampling (Zhang et al. 2022).";
     "svgd-adversarial" => SvgdAdversarial(AdversarialConfig), "SVGD through adversarially placed induced points (Kang).";
 }
 

@@ -18,7 +18,7 @@ pub use batches::{BatchOrder, BatchStream};
 pub use checkpoint::{Checkpoint, FORMAT, RunIdentity, write_atomic};
 pub use engine::{Direction, DirectionEngine, Engine, StepContext, relative_movement};
 pub use particles::Particles;
-pub use precondition::{Laplace, LaplaceConfig, SEPARATE_MODE, STATIONARY_GRADIENT, Whitened};
+pub use precondition::{Laplace, LaplaceConfig, RUNAWAY_NATS, SEPARATE_MODE, STATIONARY_GRADIENT, Whitened};
 pub use record::{EngineState, TensorRecord};
 pub use rng::{EngineRng, RngState};
 pub use rows::{check_subset_size, random_rows, select_rows};

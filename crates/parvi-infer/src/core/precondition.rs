@@ -68,7 +68,19 @@ pub struct Laplace {
     /// Empty for a posterior with one mode.
     #[serde(default)]
     pub other_modes: Vec<Vec<f64>>,
+    /// How far the Laplace evidence `log p(x) + log det(-H(x))^(-1/2)` at the mode falls below
+    /// its largest value at the points the search passed through where the smallest marginal
+    /// sd was more than 100 times the mode's (nats; 0 when it does not): the search ran away
+    /// from the mass (see [`RUNAWAY_NATS`]).
+    #[serde(default)]
+    pub evidence_drop: f64,
 }
+
+/// A Laplace evidence at the mode this many nats below that at a point of the search's path
+/// means the search ran away from the posterior's mass: down a funnel's neck, where the density
+/// rises without bound while the volume around it shrinks faster. For a Gaussian the evidence
+/// is largest at the mode; `e^10` is a ratio of masses no near-Gaussian posterior shows.
+pub const RUNAWAY_NATS: f64 = 10.0;
 
 /// Whitened distance (Laplace sds) beyond which a start's end point is another mode: further
 /// than any draw of the approximation is likely to be (the 4-sd ball holds all but about 3e-4
@@ -129,7 +141,13 @@ impl Laplace {
             schedule: Schedule::Exponential { decay },
         }
         .build()?;
-        for _ in 0..config.adam_steps {
+        // The search's path, at 8 points, for the runaway check.
+        let every = (config.adam_steps / 8).max(1);
+        let mut path: Vec<Tensor<2>> = Vec::new();
+        for step in 0..config.adam_steps {
+            if step % every == 0 {
+                path.push(x.clone());
+            }
             let s = score(model, x.clone(), None)?;
             evals += config.starts;
             // A coordinate whose score went non-finite stays put; such a start loses at the end.
@@ -210,6 +228,32 @@ impl Laplace {
             return Err(InferError::Numerical("the Laplace scale at the mode is non-finite".into()));
         }
         let other_modes = other_modes(&xs, &lp, &end_grads, &m, &scale, dim);
+        // The runaway check: the best start's path against the mode, by their local evidence.
+        // At the mode, the volume of the scale actually chosen (the diagonal one where `-H` is
+        // not positive definite): log det L = sum log L_ii.
+        let mode_evidence =
+            Some(log_prob + (0..dim).map(|i| scale[i * dim + i].ln()).sum::<f64>()).filter(|e: &f64| e.is_finite());
+        let smallest_sd = (0..dim)
+            .map(|i| (0..=i).map(|k| scale[i * dim + k].powi(2)).sum::<f64>().sqrt())
+            .fold(f64::INFINITY, f64::min);
+        let mut evidence_drop = 0.0f64;
+        for point in &path {
+            let row = to_vec_f64(point)[best * dim..(best + 1) * dim].to_vec();
+            let (lp_row, _) = value_and_score(model, &row, device)?;
+            let mut steps = vec![1e-2; dim];
+            evals += 1 + 4 * dim;
+            let Ok(h_row) = curvature(model, &row, &mut steps, device) else {
+                continue;
+            };
+            // Only a fall that comes with a direction's scale collapsing (100-fold) counts: near
+            // the inflection of a heavy tail the evidence is large because the curvature
+            // vanishes there, not because the mode's volume collapsed.
+            if let (Some((e, sd_row)), Some(e_mode)) = (evidence(lp_row, &h_row, dim), mode_evidence)
+                && smallest_sd < 0.01 * sd_row
+            {
+                evidence_drop = evidence_drop.max(e - e_mode);
+            }
+        }
         Ok(Self {
             mode: m,
             scale,
@@ -218,6 +262,20 @@ impl Laplace {
             full_rank,
             score_evals: evals,
             other_modes,
+            evidence_drop,
+        })
+    }
+
+    /// Why this approximation should not whiten a run, if it should not: the search ran away
+    /// (the evidence at the mode fell more than [`RUNAWAY_NATS`] below that on its path).
+    pub fn runaway(&self) -> Option<String> {
+        (self.evidence_drop > RUNAWAY_NATS).then(|| {
+            let sd = self.sd();
+            let smallest = sd.iter().copied().fold(f64::INFINITY, f64::min);
+            format!(
+                "the Laplace mode search ran away from the posterior's mass: the log density rose to {:.3e} at the mode while the volume around it shrank faster (smallest Laplace sd {smallest:.2e}; the Laplace evidence there is {:.1} nats below that on the search's path, > {RUNAWAY_NATS})",
+                self.log_prob, self.evidence_drop
+            )
         })
     }
 
@@ -231,6 +289,18 @@ impl Laplace {
         let d = self.dim();
         (0..d).map(|i| (0..=i).map(|k| self.scale[i * d + k].powi(2)).sum::<f64>().sqrt()).collect()
     }
+}
+
+/// The Laplace evidence at a point with log density `lp` and Hessian `h`:
+/// `lp - log det(-h) / 2` (the `log 2 pi` term, the same everywhere, dropped), and the smallest
+/// marginal sd of `(-h)^-1`; `None` where `-h` is not positive definite (no local Gaussian to
+/// integrate).
+fn evidence(lp: f64, h: &[f64], dim: usize) -> Option<(f64, f64)> {
+    let neg: Vec<f64> = h.iter().map(|v| -v).collect();
+    let factor = Cholesky::factor(&neg, dim, 0.0).ok()?;
+    let e = lp - 0.5 * factor.log_det();
+    let smallest_sd = diagonal_sd(&factor.inverse(), dim).into_iter().fold(f64::INFINITY, f64::min);
+    e.is_finite().then_some((e, smallest_sd))
 }
 
 /// `log p` and the score at one point, on the host.
@@ -335,22 +405,33 @@ pub struct Whitened<'a> {
 impl<'a> Whitened<'a> {
     /// `model` in the coordinates where `laplace` is `N(0, I)`.
     pub fn new(model: &'a dyn LogDensity, laplace: &Laplace, device: &Device) -> Result<Self, InferError> {
+        Self::affine(model, &laplace.mode, &laplace.scale, device)
+    }
+
+    /// `model` in the coordinates `z` of `x = shift + scale z` (`scale` row-major `dim x dim`,
+    /// e.g. the Cholesky factor of an approximation's covariance).
+    pub fn affine(
+        model: &'a dyn LogDensity,
+        shift: &[f64],
+        scale: &[f64],
+        device: &Device,
+    ) -> Result<Self, InferError> {
         let d = model.dim();
-        if laplace.dim() != d {
+        if shift.len() != d || scale.len() != d * d {
             return Err(InferError::setting(
                 "precondition",
-                format!("a Laplace approximation of dimension {} for a model of dimension {d}", laplace.dim()),
+                format!("an approximation of dimension {} for a model of dimension {d}", shift.len()),
             ));
         }
         let mut lt = vec![0.0f32; d * d];
         for i in 0..d {
             for j in 0..d {
-                lt[j * d + i] = laplace.scale[i * d + j] as f32;
+                lt[j * d + i] = scale[i * d + j] as f32;
             }
         }
         Ok(Self {
             model,
-            shift: matrix_from_vec(laplace.mode.iter().map(|&v| v as f32).collect(), 1, d, device),
+            shift: matrix_from_vec(shift.iter().map(|&v| v as f32).collect(), 1, d, device),
             scale_t: matrix_from_vec(lt, d, d, device),
         })
     }

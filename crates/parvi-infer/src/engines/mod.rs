@@ -6,6 +6,7 @@ use crate::{AdapterConfig, Engine, InferError, KernelConfig};
 mod gradient_free;
 mod greedy;
 mod mk_svgd;
+pub mod pathfinder;
 mod sgld;
 mod speedup;
 mod svgd;
@@ -16,6 +17,7 @@ pub use mk_svgd::{
     DEFAULT_LOG2_MAX, DEFAULT_LOG2_MIN, MkSvgd, MkSvgdConfig, describe_papers_grid, kernel_weights,
     rbf_bandwidth_of_papers_h,
 };
+pub use pathfinder::{Pathfinder, PathfinderConfig, PathfinderFit};
 pub use sgld::{NoiseCovariance, RepulsiveSgldConfig, Sgld, SgldConfig, batched_repulsion};
 pub use speedup::*;
 pub use svgd::{Svgd, SvgdConfig};
