@@ -13,6 +13,7 @@
 
 use burn::module::Module;
 use burn::tensor::{Device, Tensor, activation};
+use parvi_model::density::FunctionMap;
 use parvi_model::dist::{Bernoulli, Gamma, LogProb, Normal};
 use parvi_model::layers::{Activation, DenseStack, LayerOps};
 use parvi_model::tensor_ops::matrix_from_vec;
@@ -151,6 +152,9 @@ pub struct Bnn {
     layout: ParamLayout,
     #[module(skip)]
     config: BnnConfig,
+    /// Per feature, the training inputs' smallest and largest value (normalised scale).
+    #[module(skip)]
+    input_range: Vec<(f64, f64)>,
 }
 
 impl Bnn {
@@ -252,6 +256,14 @@ impl Bnn {
             net,
             layout,
             config: config.clone(),
+            input_range: (0..inputs)
+                .map(|c| {
+                    x.iter()
+                        .skip(c)
+                        .step_by(inputs)
+                        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &v| (lo.min(v), hi.max(v)))
+                })
+                .collect(),
         })
     }
 
@@ -432,6 +444,10 @@ impl LogDensity for Bnn {
         Some(self.rows)
     }
 
+    fn function_map(&self) -> Option<&dyn FunctionMap> {
+        Some(self)
+    }
+
     /// The log-joint written on the raw coordinates (log gamma and log lambda, Jacobians folded
     /// in) from sums of squares per particle: with the scores by autodiff, every node of the
     /// graph costs a backward op, and this form has about a third of the nodes of the same
@@ -504,6 +520,28 @@ impl LogDensity for Bnn {
             lp = lp + extra;
         }
         lp.add_scalar(constant)
+    }
+}
+
+/// The network's weights seen as the network: function-space particle methods read its outputs.
+impl FunctionMap for Bnn {
+    fn inputs(&self) -> usize {
+        self.inputs
+    }
+
+    fn input_range(&self) -> Vec<(f64, f64)> {
+        self.input_range.clone()
+    }
+
+    fn batch_inputs(&self, batch: Option<&Minibatch>) -> Tensor<2> {
+        Minibatch::select(batch, self.x.clone()).0
+    }
+
+    /// `[n, m * outputs]`: particle `i`'s outputs at the `m` points, point-major.
+    fn function_values(&self, particles: Tensor<2>, points: Tensor<2>) -> Tensor<2> {
+        let out = self.outputs(particles, points).swap_dims(0, 1); // [n, m, k]
+        let [n, m, k] = out.dims();
+        out.reshape([n, m * k])
     }
 }
 

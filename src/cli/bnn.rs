@@ -14,7 +14,9 @@ use parvi_data::Task;
 use parvi_models::BnnTask;
 use parvi_models::predictive::{ClassCalibration, RegressionCalibration, RegressionPredictive};
 
-use super::bnn_run::{BnnFit, BnnProtocol, ProtocolArgs, SplitCheckpoint, SplitScore, fit_split, test_mixture};
+use super::bnn_run::{
+    BnnFit, BnnProtocol, EpistemicSd, ProtocolArgs, SplitCheckpoint, SplitScore, fit_split, test_mixture,
+};
 use super::distributed::{Group, communication_ms_per_step, is_lead, launch};
 use super::{plot, write_atomic};
 
@@ -115,6 +117,9 @@ struct BnnSummary {
     /// Regression: calibration of the test predictive.
     #[serde(skip_serializing_if = "Option::is_none")]
     calibration: Option<RegressionCalibration>,
+    /// Regression: the mean epistemic sd over the test rows and (toy) beyond the training range.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    epistemic_sd: Option<EpistemicSd>,
     /// Classification: class names, and accuracy, log-likelihood, Brier score and ECE.
     #[serde(skip_serializing_if = "Option::is_none")]
     classes: Option<Vec<String>>,
@@ -244,6 +249,7 @@ fn run_with(args: BnnArgs, group: Group) -> Result<()> {
         test_rmse: regression.as_ref().map(|r| r.0.rmse),
         test_ll: regression.as_ref().map(|r| r.0.ll),
         calibration: regression.as_ref().and_then(|r| r.1.clone()),
+        epistemic_sd: EpistemicSd::of(&fit, &data, toy, &device),
         classes: classes.clone(),
         classification: classification.clone(),
         posterior: args.save_posterior.clone(),
@@ -265,6 +271,8 @@ fn run_with(args: BnnArgs, group: Group) -> Result<()> {
             &feature_names[0],
             &summary.protocol.method,
             truth,
+            // The toy's plot spans the outside grid of `epistemic_sd.outside` too.
+            toy.then_some((-6.0, 6.0)),
             &args.out.join("bnn_predictive.svg"),
         )?;
         wrote.push("bnn_predictive.svg");
@@ -292,10 +300,15 @@ fn run_with(args: BnnArgs, group: Group) -> Result<()> {
     }
     let scores = match (&regression, &classification) {
         (Some((score, calibration)), _) => format!(
-            "test RMSE {:.4}, test LL {:.4}, 90% interval coverage {}",
+            "test RMSE {:.4}, test LL {:.4}, 90% interval coverage {}{}",
             score.rmse,
             score.ll,
-            calibration.as_ref().map_or("-".into(), |c| format!("{:.2}", c.coverage_90))
+            calibration.as_ref().map_or("-".into(), |c| format!("{:.2}", c.coverage_90)),
+            summary.epistemic_sd.map_or(String::new(), |e| format!(
+                ", epistemic sd {:.3} on the test rows{}",
+                e.test,
+                e.outside.map_or(String::new(), |o| format!(", {o:.3} beyond the data"))
+            ))
         ),
         (_, Some(c)) => format!(
             "test accuracy {:.4}, test LL {:.4}, Brier {:.4}, ECE {:.4}",
@@ -330,13 +343,21 @@ fn plot_bands(
     feature: &str,
     method: &str,
     truth: Option<fn(f64) -> f64>,
+    span: Option<(f64, f64)>,
     path: &std::path::Path,
 ) -> Result<()> {
     let to_x = |v: f64| v * data.norm.x_std[0] + data.norm.x_mean[0];
+    let from_x = |v: f64| (v - data.norm.x_mean[0]) / data.norm.x_std[0];
     let xs: Vec<f64> = data.x_train.iter().chain(&data.x_dev).chain(&data.x_test).copied().collect();
-    let (lo, hi) = xs.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| (a.min(v), b.max(v)));
-    let pad = 0.15 * (hi - lo);
-    let grid: Vec<f64> = (0..200).map(|i| lo - pad + (hi - lo + 2.0 * pad) * i as f64 / 199.0).collect();
+    let (lo, hi) = match span {
+        Some((a, b)) => (from_x(a), from_x(b)),
+        None => {
+            let (lo, hi) = xs.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| (a.min(v), b.max(v)));
+            let pad = 0.15 * (hi - lo);
+            (lo - pad, hi + pad)
+        }
+    };
+    let grid: Vec<f64> = (0..200).map(|i| lo + (hi - lo) * f64::from(i) / 199.0).collect();
     let x = matrix_from_vec(grid.iter().map(|&v| v as f32).collect(), grid.len(), 1, device);
     let pred = to_vec_f32(&fit.model.forward(fit.particles.positions.clone(), x));
     let weights = fit.particles.weights.as_ref().map(parvi_model::tensor_ops::to_vec_f64);

@@ -93,7 +93,11 @@ impl ProtocolArgs {
     pub fn protocol(&self, dataset: &str, toy: bool) -> Result<BnnProtocol> {
         let options = parse_options(&self.opt)?;
         // The method and its options are checked here, before any data is read.
-        method_config(&self.method, &options)?;
+        if self.method == NUTS {
+            nuts_settings(&options, self.seed)?;
+        } else {
+            method_config(&self.method, &options)?;
+        }
         Ok(BnnProtocol {
             method: self.method.clone(),
             particles: self.particles,
@@ -342,6 +346,9 @@ pub fn fit_split(
     let dim = parvi_model::LogDensity::dim(&model);
     let what = format!("the particles and their updates ({dim} parameters each)");
     parvi_infer::kernels::require_matrices_fit("particles", protocol.particles, &what, protocol.particles, dim, 4)?;
+    if protocol.method == NUTS {
+        return nuts_fit(model, data, protocol, device, group);
+    }
     let start = Particles::new(model.init(protocol.particles, protocol.seed, device)?);
     let adapter = parvi_infer::AdapterConfig::adagrad(protocol.lr);
     let spec = engine_spec(&protocol.method, &protocol.options, Default::default(), adapter)?;
@@ -400,6 +407,46 @@ pub fn fit_split(
         (None, Some((_, best))) => best,
         (None, None) => outcome.particles,
     };
+    let report = engine.report();
+    let warnings = parvi_infer::Diagnostics::from_report(engine.name(), &report).warnings;
+    let run = RunSummary {
+        draws,
+        seconds: outcome.seconds,
+        steps: outcome.steps,
+        steps_run: outcome.steps_run,
+        report,
+        warnings,
+    };
+    score_fit(model, particles, run, data, task, device, group)
+}
+
+/// What a run hands to the scoring: how it went, apart from the particles.
+struct RunSummary {
+    draws: bool,
+    seconds: f64,
+    steps: usize,
+    steps_run: usize,
+    report: serde_json::Value,
+    warnings: Vec<String>,
+}
+
+/// Scores `particles` of `model` on `data`'s development and test rows.
+fn score_fit(
+    model: Bnn,
+    particles: Particles,
+    run: RunSummary,
+    data: &Prepared,
+    task: BnnTask,
+    device: &Device,
+    group: &Group,
+) -> Result<BnnFit> {
+    let regression = task == BnnTask::Regression;
+    let targets = |ys: &[f64]| -> Vec<f64> {
+        if regression { ys.iter().map(|&y| data.norm.y_to_original(y)).collect() } else { ys.to_vec() }
+    };
+    let matrix = |x: &[f64]| {
+        matrix_from_vec(x.iter().map(|&v| v as f32).collect(), x.len() / data.features, data.features, device)
+    };
     let n = particles.len();
     let weights = particle_weights(&particles);
     let (score, precisions) = if regression {
@@ -452,8 +499,7 @@ pub fn fit_split(
             Vec::new(),
         )
     };
-    let report = engine.report();
-    let mut warnings = parvi_infer::Diagnostics::from_report(engine.name(), &report).warnings;
+    let mut warnings = run.warnings;
     warnings.extend(flat_predictor_warning(&model, &particles, data, device));
     if is_lead(group) {
         for w in &warnings {
@@ -463,15 +509,92 @@ pub fn fit_split(
     Ok(BnnFit {
         model,
         particles,
-        draws,
+        draws: run.draws,
         score,
-        seconds: outcome.seconds,
-        steps: outcome.steps,
-        steps_run: outcome.steps_run,
+        seconds: run.seconds,
+        steps: run.steps,
+        steps_run: run.steps_run,
         precisions,
-        engine: report,
+        engine: run.report,
         warnings,
     })
+}
+
+/// `--method nuts`: the reference sampler (nuts-rs, through parvi-bench's yardstick), not a
+/// particle engine.
+pub const NUTS: &str = "nuts";
+
+/// The largest network `--method nuts` takes: one hidden layer, this many parameters and this
+/// many training rows. NUTS evaluates one position at a time on the full data, up to 1023
+/// gradients a draw: beyond these a run takes hours on a CPU.
+pub const NUTS_MAX_DIM: usize = 2000;
+/// See [`NUTS_MAX_DIM`].
+pub const NUTS_MAX_ROWS: usize = 2000;
+
+/// NUTS's settings from `--opt`: `tune` (warm-up draws, default 1000) and `draws` (kept draws,
+/// default 1000); anything else is refused by name.
+pub fn nuts_settings(options: &toml::Table, seed: u64) -> Result<parvi_bench::reference::NutsConfig> {
+    let mut config = parvi_bench::reference::NutsConfig { tune: 1000, draws: 1000, seed };
+    for (key, value) in options {
+        let count = value.as_integer().and_then(|v| u64::try_from(v).ok()).filter(|&v| v >= 1).ok_or_else(|| {
+            anyhow::anyhow!("invalid `--opt {key}` for method `nuts`: expected a count >= 1, got `{value:?}`")
+        })?;
+        match key.as_str() {
+            "tune" => config.tune = count,
+            "draws" => config.draws = count,
+            other => {
+                anyhow::bail!("invalid `--opt` for method `nuts`: unknown option `{other}` (expected tune, draws)")
+            }
+        }
+    }
+    Ok(config)
+}
+
+/// One NUTS chain (nuts-rs, diagonal mass matrix adaptation) on the full training rows from the
+/// reference initialisation; its draws stand for the posterior (Neal's HMC yardstick for BNNs).
+fn nuts_fit(model: Bnn, data: &Prepared, protocol: &BnnProtocol, device: &Device, group: &Group) -> Result<BnnFit> {
+    if group.is_some() {
+        anyhow::bail!("invalid setting `--method nuts`: NUTS runs one chain in one process, not `--distributed`");
+    }
+    if protocol.checkpoint.policy.is_some() || protocol.checkpoint.resume.is_some() {
+        anyhow::bail!(
+            "invalid setting `--method nuts`: a NUTS chain is not checkpointed (`--checkpoint-every`, `--resume`)"
+        );
+    }
+    let dim = parvi_model::LogDensity::dim(&model);
+    if protocol.hidden.len() > 1 || dim > NUTS_MAX_DIM || data.n_train() > NUTS_MAX_ROWS {
+        anyhow::bail!(
+            "invalid setting `--method nuts`: NUTS takes BNNs of at most one hidden layer, {NUTS_MAX_DIM} parameters \
+             and {NUTS_MAX_ROWS} training rows (this one: {} hidden layers, {dim} parameters, {} rows)",
+            protocol.hidden.len(),
+            data.n_train()
+        );
+    }
+    let config = nuts_settings(&protocol.options, protocol.seed)?;
+    let init: Vec<f64> = to_vec_f32(&model.init(1, protocol.seed, device)?).into_iter().map(f64::from).collect();
+    let started = std::time::Instant::now();
+    let run = parvi_bench::reference::nuts_run(&model, &init, config, device)
+        .map_err(|e| anyhow::anyhow!("NUTS on the BNN: {e}"))?;
+    let seconds = started.elapsed().as_secs_f64();
+    let n = run.draws.len();
+    let flat: Vec<f32> = run.draws.iter().flatten().map(|&v| v as f32).collect();
+    let particles = Particles::new(matrix_from_vec(flat, n, dim, device));
+    let steps = usize::try_from(config.tune + config.draws).unwrap_or(usize::MAX);
+    let summary = RunSummary {
+        draws: true,
+        seconds,
+        steps,
+        steps_run: steps,
+        report: serde_json::json!({
+            "sampler": "nuts-rs, one chain, diagonal mass matrix",
+            "tune": config.tune,
+            "draws": config.draws,
+            "gradient_evals": run.gradient_evals,
+        }),
+        warnings: Vec::new(),
+    };
+    let task = model.config().task;
+    score_fit(model, particles, summary, data, task, device, group)
 }
 
 /// Below this share of the training targets' variance explained by the predictive mean, a
@@ -573,4 +696,58 @@ pub fn test_mixture(
 /// The particles' weights on the host, `None` when uniform.
 fn particle_weights(particles: &Particles) -> Option<Vec<f64>> {
     particles.weights.as_ref().map(to_vec_f64)
+}
+
+/// The mean epistemic sd (original units: the spread of the particles' network means) of a
+/// regression fit's predictive over normalised inputs `x` `[rows, features]` (row-major);
+/// `None` for a classifier or no rows.
+pub fn mean_epistemic_sd(fit: &BnnFit, data: &Prepared, x: &[f64], device: &Device) -> Option<f64> {
+    if fit.precisions.is_empty() || x.is_empty() {
+        return None;
+    }
+    let rows = x.len() / data.features;
+    let pred = to_vec_f32(&fit.model.forward(
+        fit.particles.positions.clone(),
+        matrix_from_vec(x.iter().map(|&v| v as f32).collect(), rows, data.features, device),
+    ));
+    let weights = particle_weights(&fit.particles);
+    let n = fit.particles.len();
+    let mixture =
+        test_mixture(&pred, n, &fit.precisions, weights.as_deref(), data.norm.y_mean, data.norm.y_std, device);
+    let sd = parvi_models::predictive::RegressionPredictive::of_mixture(&mixture).epistemic_sd;
+    Some(sd.iter().sum::<f64>() / sd.len() as f64)
+}
+
+/// The toy regression's inputs beyond its training range `[-4, 4]`: 16 evenly spaced points on
+/// each of `[-6, -4.5]` and `[4.5, 6]`, in original units (issue 30's "outside" grid).
+pub fn toy_outside_grid() -> Vec<f64> {
+    let side: Vec<f64> = (0..16).map(|i| 4.5 + 1.5 * f64::from(i) / 15.0).collect();
+    side.iter().map(|v| -v).chain(side.iter().copied()).collect()
+}
+
+/// The mean epistemic sd over the test rows and, for the built-in toy, over [`toy_outside_grid`]
+/// (issue 30): how much the posterior's mean function varies where the data are and where they
+/// are not.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct EpistemicSd {
+    /// Mean over the test rows.
+    pub test: f64,
+    /// Mean over the grid beyond the toy's training range (toy only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outside: Option<f64>,
+}
+
+impl EpistemicSd {
+    /// Of a regression fit (`None` for a classifier); `toy` adds the outside grid.
+    pub fn of(fit: &BnnFit, data: &Prepared, toy: bool, device: &Device) -> Option<Self> {
+        let test = mean_epistemic_sd(fit, data, &data.x_test, device)?;
+        let outside = if toy && data.features == 1 {
+            let x: Vec<f64> =
+                toy_outside_grid().iter().map(|v| (v - data.norm.x_mean[0]) / data.norm.x_std[0]).collect();
+            mean_epistemic_sd(fit, data, &x, device)
+        } else {
+            None
+        };
+        Some(Self { test, outside })
+    }
 }

@@ -25,6 +25,17 @@ pub struct UciArgs {
     /// Early stopping: score the development split every K steps and keep the best particles.
     #[arg(long, value_name = "K")]
     pub eval_every: Option<usize>,
+    /// Also run the gap splits (Foong et al. 2019: per input feature, the middle third of the
+    /// rows sorted by it held out) and report them beside the standard splits.
+    #[arg(long)]
+    pub gap: bool,
+    /// Which gap splits (one per feature, in feature order) with `--gap`: `all`, the first K, or
+    /// a range `A..B`.
+    #[arg(long, default_value = "all", requires = "gap")]
+    pub gap_splits: String,
+    /// With `--gap`, skip the standard splits.
+    #[arg(long, requires = "gap")]
+    pub gap_only: bool,
     #[command(flatten)]
     pub protocol: ProtocolArgs,
     /// Write per-split results and summaries as JSON.
@@ -53,6 +64,8 @@ pub struct SplitRow {
 #[derive(Debug, Serialize)]
 pub struct DatasetResult {
     pub dataset: String,
+    /// `standard` (the data set's own splits) or `gap` (Foong et al.'s, one per feature).
+    pub splits_kind: &'static str,
     pub method: String,
     pub protocol: BnnProtocol,
     pub splits: Vec<SplitRow>,
@@ -121,65 +134,26 @@ pub fn run(args: UciArgs) -> Result<()> {
         if ds.task != Task::Regression {
             bail!("data set `{name}` is a {} task; the BNN harness needs regression", ds.task);
         }
-        let splits = split_range(&args.splits, ds.splits.len())?;
         let protocol = BnnProtocol { eval_every: args.eval_every, ..args.protocol.protocol(&name, false)? };
-        let mut rows = Vec::with_capacity(splits.len());
-        for split in splits {
-            let data = prepare(&ds, split, DevSplit::Reference)?;
-            let fit = fit_split(&data, &protocol, parvi_models::BnnTask::Regression, &device, true, &None)?;
-            let (score, calibration) = fit.regression()?;
-            let calibration = calibration.cloned().unwrap_or(RegressionCalibration {
-                coverage_90: f64::NAN,
-                calibration_error: f64::NAN,
-                curve: Vec::new(),
-            });
-            eprintln!(
-                "{name} split {split}: rmse {:.4} ll {:.4} 90% coverage {:.3} ({:.2} s, {} steps, {} particles)",
-                score.rmse,
-                score.ll,
-                calibration.coverage_90,
-                fit.seconds,
-                fit.steps,
-                fit.particles.len()
-            );
-            rows.push(SplitRow {
-                split,
-                rmse: score.rmse,
-                ll: score.ll,
-                coverage_90: calibration.coverage_90,
-                calibration_error: calibration.calibration_error,
-                seconds: fit.seconds,
-                steps: fit.steps,
-                particles: fit.particles.len(),
-                engine: fit.engine,
-            });
+        if !args.gap_only {
+            let splits = split_range(&args.splits, ds.splits.len())?;
+            results.push(run_splits(&ds, "standard", splits, &protocol, &device)?);
         }
-        let (rmse_mean, rmse_se) = mean_se(&rows.iter().map(|r| r.rmse).collect::<Vec<_>>());
-        let (ll_mean, ll_se) = mean_se(&rows.iter().map(|r| r.ll).collect::<Vec<_>>());
-        let seconds = rows.iter().map(|r| r.seconds).sum();
-        let mean = |f: fn(&SplitRow) -> f64| rows.iter().map(f).sum::<f64>() / rows.len().max(1) as f64;
-        let (coverage_90_mean, calibration_error_mean) = (mean(|r| r.coverage_90), mean(|r| r.calibration_error));
-        results.push(DatasetResult {
-            dataset: name,
-            method: protocol.method.clone(),
-            protocol,
-            splits: rows,
-            rmse_mean,
-            rmse_se,
-            ll_mean,
-            ll_se,
-            coverage_90_mean,
-            calibration_error_mean,
-            seconds,
-        });
+        if args.gap {
+            let gap = ds.with_gap_splits();
+            let splits = split_range(&args.gap_splits, gap.splits.len())
+                .map_err(|e| anyhow::anyhow!("data set `{name}` (gap splits, one per feature): {e}"))?;
+            results.push(run_splits(&gap, "gap", splits, &protocol, &device)?);
+        }
     }
     println!("| dataset | method | splits | test RMSE | test LL | 90% coverage | calibration error | seconds |");
     println!("|---|---|---|---|---|---|---|---|");
     for r in &results {
         println!(
-            "| {} | {} | {} | {:.3} +- {:.3} | {:.3} +- {:.3} | {:.3} | {:.3} | {:.1} |",
+            "| {} | {} | {}{} | {:.3} +- {:.3} | {:.3} +- {:.3} | {:.3} | {:.3} | {:.1} |",
             r.dataset,
             r.method,
+            if r.splits_kind == "gap" { "gap " } else { "" },
             r.splits.len(),
             r.rmse_mean,
             r.rmse_se,
@@ -196,6 +170,67 @@ pub fn run(args: UciArgs) -> Result<()> {
         write_atomic(path, &serde_json::to_vec_pretty(&value)?)?;
     }
     Ok(())
+}
+
+/// Runs `protocol` on `splits` of `ds` and summarises them (mean +- standard error).
+fn run_splits(
+    ds: &parvi_data::Dataset,
+    kind: &'static str,
+    splits: std::ops::Range<usize>,
+    protocol: &BnnProtocol,
+    device: &burn::tensor::Device,
+) -> Result<DatasetResult> {
+    let name = &ds.name;
+    let mut rows = Vec::with_capacity(splits.len());
+    for split in splits {
+        let data = prepare(ds, split, DevSplit::Reference)?;
+        let fit = fit_split(&data, protocol, parvi_models::BnnTask::Regression, device, true, &None)?;
+        let (score, calibration) = fit.regression()?;
+        let calibration = calibration.cloned().unwrap_or(RegressionCalibration {
+            coverage_90: f64::NAN,
+            calibration_error: f64::NAN,
+            curve: Vec::new(),
+        });
+        eprintln!(
+            "{name} {kind} split {split}: rmse {:.4} ll {:.4} 90% coverage {:.3} ({:.2} s, {} steps, {} particles)",
+            score.rmse,
+            score.ll,
+            calibration.coverage_90,
+            fit.seconds,
+            fit.steps,
+            fit.particles.len()
+        );
+        rows.push(SplitRow {
+            split,
+            rmse: score.rmse,
+            ll: score.ll,
+            coverage_90: calibration.coverage_90,
+            calibration_error: calibration.calibration_error,
+            seconds: fit.seconds,
+            steps: fit.steps,
+            particles: fit.particles.len(),
+            engine: fit.engine,
+        });
+    }
+    let (rmse_mean, rmse_se) = mean_se(&rows.iter().map(|r| r.rmse).collect::<Vec<_>>());
+    let (ll_mean, ll_se) = mean_se(&rows.iter().map(|r| r.ll).collect::<Vec<_>>());
+    let seconds = rows.iter().map(|r| r.seconds).sum();
+    let mean = |f: fn(&SplitRow) -> f64| rows.iter().map(f).sum::<f64>() / rows.len().max(1) as f64;
+    let (coverage_90_mean, calibration_error_mean) = (mean(|r| r.coverage_90), mean(|r| r.calibration_error));
+    Ok(DatasetResult {
+        dataset: name.clone(),
+        splits_kind: kind,
+        method: protocol.method.clone(),
+        protocol: protocol.clone(),
+        splits: rows,
+        rmse_mean,
+        rmse_se,
+        ll_mean,
+        ll_se,
+        coverage_90_mean,
+        calibration_error_mean,
+        seconds,
+    })
 }
 
 #[cfg(test)]

@@ -68,4 +68,30 @@ impl Dataset {
     pub fn row(&self, r: usize) -> &[f64] {
         &self.x[r * self.features..(r + 1) * self.features]
     }
+
+    /// The "gap" splits of Foong, Li, Hernández-Lobato & Turner (2019, "In-Between Uncertainty
+    /// in Bayesian Neural Networks"), one per input feature: split `f` sorts the rows by feature
+    /// `f` (ties by row index) and holds out the middle third, sorted positions
+    /// `floor(rows / 3) .. floor(2 rows / 3)`; the outer two thirds train. Both lists are in row
+    /// order, so the reference development set (the training list's tail) takes rows from both
+    /// sides of the gap.
+    pub fn gap_splits(&self) -> Vec<Split> {
+        let (lo, hi) = (self.rows / 3, 2 * self.rows / 3);
+        (0..self.features)
+            .map(|f| {
+                let mut order: Vec<usize> = (0..self.rows).collect();
+                order.sort_by(|&a, &b| self.x[a * self.features + f].total_cmp(&self.x[b * self.features + f]));
+                let mut test = order[lo..hi].to_vec();
+                let mut train: Vec<usize> = order[..lo].iter().chain(&order[hi..]).copied().collect();
+                test.sort_unstable();
+                train.sort_unstable();
+                Split { train, test }
+            })
+            .collect()
+    }
+
+    /// The data set with its splits replaced by [`Dataset::gap_splits`].
+    pub fn with_gap_splits(&self) -> Dataset {
+        Dataset { splits: self.gap_splits(), ..self.clone() }
+    }
 }

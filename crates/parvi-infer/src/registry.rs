@@ -12,9 +12,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::engines::{
-    AdversarialConfig, AnnealedConfig, AnnealedSvgdConfig, ControlFunctionalConfig, EngineConfig, GfSvgdConfig,
-    InducedConfig, MkSvgdConfig, MmdFwConfig, PathfinderConfig, RepulsiveSgldConfig, SgldConfig, SteinPointsConfig,
-    SubsetConfig, SvgdConfig,
+    AdversarialConfig, AnnealedConfig, AnnealedSvgdConfig, ControlFunctionalConfig, EngineConfig, EnsembleConfig,
+    FunctionSpaceConfig, GfSvgdConfig, InducedConfig, MkSvgdConfig, MmdFwConfig, PathfinderConfig, RepulsiveSgldConfig,
+    SgldConfig, SteinPointsConfig, SubsetConfig, SvgdConfig,
 };
 use crate::{AdapterConfig, Engine, InferError, KernelConfig};
 
@@ -70,6 +70,8 @@ macro_rules! registry {
 registry! {
     "svgd" => Svgd(SvgdConfig), "Stein variational gradient descent (Liu & Wang 2016).";
     "mk-svgd" => MkSvgd(MkSvgdConfig), "Multiple-kernel SVGD with learned kernel weights (Ai et al.).";
+    "ensemble" => Ensemble(EnsembleConfig), "A deep ensemble: independent MAP particles, no repulsion (Lakshminarayanan et al. 2017).";
+    "fpovi" => Fpovi(FunctionSpaceConfig), "Function-space particles: a kernel on network outputs (Wang et al. 2019).";
     "sgld" => Sgld(SgldConfig), "Stochastic-gradient Langevin dynamics (Welling & Teh 2011).";
     "sgld-r" => SgldR(RepulsiveSgldConfig), "SGLD with kernel repulsion between the chains.";
     "mmd-fw" => MmdFw(MmdFwConfig), "Greedy weighted particles by Frank-Wolfe on the MMD (Futami et al. 2019).";

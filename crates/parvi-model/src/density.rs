@@ -30,6 +30,33 @@ pub trait LogDensity {
     fn take_error(&self) -> Option<ModelError> {
         None
     }
+
+    /// The particles as functions of inputs (a network's weights as the network), for engines
+    /// that compare particles by their outputs (function-space particles); `None` (the default)
+    /// for a model that is not a function of inputs.
+    fn function_map(&self) -> Option<&dyn FunctionMap> {
+        None
+    }
+}
+
+/// A model whose particles are functions of inputs: the weights of a network, seen through the
+/// network's outputs at chosen inputs. Function-space particle methods (Wang, Ren, Zhu & Zhang
+/// 2019) compare the particles' outputs at measurement points and push their update back to the
+/// parameters through the outputs' Jacobian.
+pub trait FunctionMap {
+    /// Input features of one row.
+    fn inputs(&self) -> usize;
+
+    /// Per feature, the smallest and largest training input (on the scale the model reads):
+    /// where measurement points beyond the data are drawn around.
+    fn input_range(&self) -> Vec<(f64, f64)>;
+
+    /// The inputs `[B, inputs]` of the minibatch's rows (every training row without a batch).
+    fn batch_inputs(&self, batch: Option<&Minibatch>) -> Tensor<2>;
+
+    /// Every particle's outputs at `points` `[m, inputs]`, as `[n, m * outputs]`; differentiable
+    /// in `particles` (one forward of the batched network).
+    fn function_values(&self, particles: Tensor<2>, points: Tensor<2>) -> Tensor<2>;
 }
 
 impl<T: LogDensity + ?Sized> LogDensity for &T {
@@ -45,6 +72,10 @@ impl<T: LogDensity + ?Sized> LogDensity for &T {
     fn take_error(&self) -> Option<ModelError> {
         (**self).take_error()
     }
+
+    fn function_map(&self) -> Option<&dyn FunctionMap> {
+        (**self).function_map()
+    }
 }
 
 impl<T: LogDensity + ?Sized> LogDensity for Box<T> {
@@ -59,6 +90,10 @@ impl<T: LogDensity + ?Sized> LogDensity for Box<T> {
     }
     fn take_error(&self) -> Option<ModelError> {
         (**self).take_error()
+    }
+
+    fn function_map(&self) -> Option<&dyn FunctionMap> {
+        (**self).function_map()
     }
 }
 

@@ -3,6 +3,8 @@
 
 use crate::{AdapterConfig, Engine, InferError, KernelConfig};
 
+mod ensemble;
+mod function_space;
 mod gradient_free;
 mod greedy;
 mod mk_svgd;
@@ -11,6 +13,10 @@ mod sgld;
 mod speedup;
 mod svgd;
 
+pub use ensemble::{Ensemble, EnsembleConfig};
+pub use function_space::{
+    FunctionSpace, FunctionSpaceConfig, FunctionSpaceStep, function_space_direction, kde_repulsion, measurement_points,
+};
 pub use gradient_free::*;
 pub use greedy::*;
 pub use mk_svgd::{

@@ -1,0 +1,200 @@
+//! Function-space particles (Wang, Ren, Zhu & Zhang 2019, "Function Space Particle Optimization
+//! for Bayesian Neural Networks", ICLR): the particles are compared by what they compute, their
+//! outputs `f_i = f(X; theta_i)` at a set of measurement points `X` (some of the minibatch's rows
+//! plus points drawn around and beyond the data), not by their weights, whose permutation and
+//! scaling symmetries make weight-space kernels see distinct networks where there is one
+//! function and one function where there are many.
+//!
+//! The update is the Wasserstein gradient flow of the KL in function space with the particles'
+//! density estimated by a kernel density (the "w-SGLD"/KDE member of the particle-optimisation
+//! family Wang et al. write every method in; Chen et al. 2018, D'Angelo & Fortuin 2021):
+//!
+//! `phi(theta_i) = grad_theta log p(theta_i) - J_i^T grad_f log q(f_i)`,
+//! `grad_f log q(f_i) = -sum_j k_ij (f_i - f_j) / (h^2 sum_j k_ij)`,
+//!
+//! with `k` the RBF on the outputs, `h^2` the median rule, and `J_i = d f_i / d theta_i`. The
+//! driving term is the particle's own weight-space score (for the likelihood it equals
+//! `J_i^T grad_f log p(y | f_i)` exactly; the prior stays the weights' Gaussian, which is
+//! what the network's function prior is). The push-back `J_i^T rho_i` is a vector-Jacobian
+//! product: the step differentiates `sum_i log p(theta_i) + sum_i <f_i, rho_i>` (with `rho`
+//! held constant) in ONE backward pass, so the step costs one forward of the network on the
+//! minibatch and the measurement points and one backward.
+
+use burn::tensor::Tensor;
+use parvi_model::density::FunctionMap;
+use parvi_model::tensor_ops::{matrix_from_vec, median_on_host, pairwise_sq_dists};
+use parvi_model::{LogDensity, Minibatch, ModelError};
+use serde::{Deserialize, Serialize};
+
+use super::EngineConfig;
+use crate::core::{Direction, DirectionEngine};
+use crate::kernels::median_rule_h2;
+use crate::{AdapterConfig, Engine, EngineRng, InferError, KernelConfig, StepAdapter, StepContext};
+
+/// `fpovi`'s options.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct FunctionSpaceConfig {
+    /// Measurement points taken from the minibatch's rows (its first rows; all of them when it
+    /// has fewer).
+    pub batch_points: usize,
+    /// Measurement points drawn uniformly from the training inputs' box widened by `spread`.
+    pub extra_points: usize,
+    /// The box of the extra points: per feature, the training range's centre plus or minus
+    /// `spread` times its half-width (1.5: half as far again beyond the data on each side).
+    pub spread: f64,
+}
+
+impl Default for FunctionSpaceConfig {
+    fn default() -> Self {
+        Self { batch_points: 10, extra_points: 10, spread: 1.5 }
+    }
+}
+
+impl FunctionSpaceConfig {
+    fn check(&self) -> Result<(), InferError> {
+        if !(self.spread > 0.0 && self.spread.is_finite()) {
+            return Err(InferError::setting("spread", format!("must be finite and > 0, got {}", self.spread)));
+        }
+        if self.batch_points + self.extra_points == 0 {
+            return Err(InferError::setting("extra-points", "batch-points + extra-points must be >= 1"));
+        }
+        Ok(())
+    }
+}
+
+/// The function-space particle direction.
+pub struct FunctionSpace {
+    config: FunctionSpaceConfig,
+    /// The last step's bandwidth `h^2` in function space (for the report).
+    last_h2: Option<f64>,
+}
+
+impl FunctionSpace {
+    /// Function-space particles with `config`, moving by `adapter`.
+    pub fn new(
+        config: FunctionSpaceConfig,
+        adapter: Box<dyn StepAdapter>,
+    ) -> Result<DirectionEngine<Self>, InferError> {
+        config.check()?;
+        Ok(DirectionEngine::new(Self { config, last_h2: None }, adapter))
+    }
+}
+
+/// What one function-space step computed.
+#[derive(Clone, Debug)]
+pub struct FunctionSpaceStep {
+    /// `[n, dim]`: `grad log p(theta_i) + J_i^T rho_i`.
+    pub direction: Tensor<2>,
+    /// `[n, m * outputs]`: `rho_i = -grad_f log q(f_i)`, the function-space repulsion.
+    pub repulsion: Tensor<2>,
+    /// The RBF bandwidth `h^2` (median rule on the outputs' squared distances).
+    pub h2: f64,
+}
+
+/// `-grad_f log q(f_i)` for the kernel density `q(f) = (1/n) sum_j k(f, f_j)` of the rows of
+/// `f` `[n, m]`, RBF `k = exp(-|f - f'|^2 / (2 h^2))`, `h^2` by the median rule:
+/// `(f_i - sum_j w_ij f_j) / h^2` with `w_ij = k_ij / sum_l k_il`. Returns it and `h^2`.
+pub fn kde_repulsion(f: Tensor<2>) -> (Tensor<2>, f64) {
+    let n = f.dims()[0];
+    let sq = pairwise_sq_dists(f.clone(), f.clone());
+    let h2 = median_rule_h2(median_on_host(&sq).unwrap_or(0.0), n);
+    let k = sq.div_scalar(-2.0 * h2).exp();
+    let w = k.clone() / k.sum_dim(1);
+    ((f.clone() - w.matmul(f)).div_scalar(h2), h2)
+}
+
+/// The measurement points `[m, inputs]`: the first `batch_points` rows of the minibatch's
+/// inputs, then `extra_points` drawn uniformly (from `rng`) in the training inputs' box widened
+/// `spread` times about its centre.
+pub fn measurement_points(
+    map: &dyn FunctionMap,
+    batch: Option<&Minibatch>,
+    config: &FunctionSpaceConfig,
+    rng: &mut EngineRng,
+) -> Tensor<2> {
+    let rows = map.batch_inputs(batch);
+    let device = rows.device();
+    let taken = config.batch_points.min(rows.dims()[0]);
+    let d = map.inputs();
+    let range = map.input_range();
+    let mut extra = Vec::with_capacity(config.extra_points * d);
+    for _ in 0..config.extra_points {
+        for &(lo, hi) in &range {
+            let (centre, half) = (0.5 * (lo + hi), 0.5 * (hi - lo) * config.spread);
+            extra.push((centre + half * (2.0 * rng.uniform() - 1.0)) as f32);
+        }
+    }
+    let extra = matrix_from_vec(extra, config.extra_points, d, &device);
+    match (taken, config.extra_points) {
+        (0, _) => extra,
+        (_, 0) => rows.narrow(0, 0, taken),
+        _ => Tensor::cat(vec![rows.narrow(0, 0, taken), extra], 0),
+    }
+}
+
+/// The function-space direction at particles `x` `[n, dim]` with measurement points `points`:
+/// one forward (the log-joint on `batch` and the outputs at `points`) and one backward.
+pub fn function_space_direction(
+    model: &dyn LogDensity,
+    map: &dyn FunctionMap,
+    x: Tensor<2>,
+    batch: Option<&Minibatch>,
+    points: Tensor<2>,
+) -> Result<FunctionSpaceStep, InferError> {
+    let [_, dim] = x.dims();
+    if dim != model.dim() {
+        return Err(ModelError::DimensionMismatch { expected: model.dim(), got: dim }.into());
+    }
+    let leaf = x.detach().autodiff().require_grad();
+    let lp = model.log_prob(leaf.clone(), batch);
+    let f = map.function_values(leaf.clone(), points);
+    // The repulsion is a constant of the backward pass: only `J^T rho` is wanted from it.
+    let (rho, h2) = kde_repulsion(f.clone().detach());
+    let objective = lp.sum() + (f * rho.clone()).sum();
+    let grads = objective.backward();
+    let direction = leaf.grad(&grads).ok_or(ModelError::NoGradient)?;
+    Ok(FunctionSpaceStep { direction, repulsion: rho, h2 })
+}
+
+impl Direction for FunctionSpace {
+    fn name(&self) -> &'static str {
+        "fpovi"
+    }
+
+    fn ascent(&mut self, ctx: &mut StepContext<'_>, x: Tensor<2>) -> Result<Tensor<2>, InferError> {
+        let map = ctx.model.function_map().ok_or_else(|| {
+            InferError::setting(
+                "method",
+                "fpovi compares particles by their network outputs: it needs a model whose particles are \
+                 functions of inputs (a BNN)",
+            )
+        })?;
+        let points = measurement_points(map, ctx.batch, &self.config, ctx.rng);
+        let step = function_space_direction(ctx.model, map, x, ctx.batch, points)?;
+        self.last_h2 = Some(step.h2);
+        Ok(step.direction)
+    }
+
+    fn report(&self) -> serde_json::Value {
+        serde_json::json!({
+            "kernel": "rbf on the outputs at the measurement points, median bandwidth",
+            "batch_points": self.config.batch_points,
+            "extra_points": self.config.extra_points,
+            "spread": self.config.spread,
+            "last_h2": self.last_h2,
+        })
+    }
+}
+
+impl EngineConfig for FunctionSpaceConfig {
+    fn build(&self, kernel: &KernelConfig, adapter: &AdapterConfig) -> Result<Box<dyn Engine>, InferError> {
+        if *kernel != KernelConfig::default() {
+            return Err(InferError::setting(
+                "kernel",
+                "fpovi uses its own kernel: the RBF with the median bandwidth on the network outputs",
+            ));
+        }
+        Ok(Box::new(FunctionSpace::new(self.clone(), adapter.build()?)?))
+    }
+}

@@ -1,0 +1,186 @@
+//! The BNN-uncertainty engines: the deep ensemble's particles are independent MAP points that
+//! do not repel, and the function-space engine's push-back through the network's Jacobian
+//! equals finite differences of an independent `f64` network.
+
+mod common;
+
+use common::{flex, host};
+use parvi_infer::engines::{FunctionSpaceConfig, function_space_direction};
+use parvi_infer::{AdapterConfig, EngineSpec, KernelConfig, MethodConfig, Particles, RunConfig, Runner};
+use parvi_model::density::FunctionMap;
+use parvi_model::layers::Activation;
+use parvi_model::tensor_ops::matrix_from_vec;
+use parvi_model::{LogDensity, score};
+use parvi_models::builtin::{GAUSSIAN_COV, GAUSSIAN_MEAN};
+use parvi_models::{Bnn, BnnConfig, Gaussian, WeightPrior};
+
+fn engine(name: &str, lr: f64) -> Box<dyn parvi_infer::Engine> {
+    let spec =
+        EngineSpec::new(MethodConfig::default_for(name).unwrap(), KernelConfig::default(), AdapterConfig::sgd(lr));
+    spec.build().unwrap()
+}
+
+/// Every member climbs to the mode of the correlated Gaussian (its MAP point) on its own, and
+/// moving one member changes no other member's step: no kernel, no repulsion. SVGD from the
+/// same starts spreads out instead.
+#[test]
+fn ensemble_members_are_map_points_that_do_not_repel() {
+    let device = flex();
+    let target = Gaussian::new(&GAUSSIAN_MEAN, &GAUSSIAN_COV, &device).unwrap();
+    let starts = vec![3.0f32, -2.0, -1.5, 2.5, 0.5, 0.5, 4.0, 4.0];
+    let run = |name: &str, starts: Vec<f32>, steps: usize| {
+        let mut e = engine(name, 0.2);
+        let start = Particles::from_rows(starts, 4, 2, &device).unwrap();
+        host(
+            &Runner::new(e.as_mut(), &target, start, RunConfig::new(steps, 0))
+                .unwrap()
+                .run(&mut [])
+                .unwrap()
+                .particles
+                .positions,
+        )
+    };
+    // Gradient ascent on a Gaussian with step 0.2 contracts by at least (1 - 0.2 / lambda_max)
+    // a step; 400 steps leave far below 1e-3 of the distance.
+    let end = run("ensemble", starts.clone(), 400);
+    for p in end.chunks(2) {
+        for (v, m) in p.iter().zip(GAUSSIAN_MEAN) {
+            assert!((f64::from(*v) - m).abs() < 1e-3, "member {p:?} is not at the mode {GAUSSIAN_MEAN:?}");
+        }
+    }
+    // One step from two sets that differ in member 0 only: members 1..4 move identically.
+    let one = run("ensemble", starts.clone(), 1);
+    let mut moved = starts.clone();
+    moved[0] = -7.0;
+    let other = run("ensemble", moved, 1);
+    assert_eq!(&one[2..], &other[2..], "an ensemble member's step depends on another member");
+    // SVGD's members do see each other.
+    let mut moved = starts.clone();
+    moved[0] = -7.0;
+    assert_ne!(&run("svgd", starts, 1)[2..], &run("svgd", moved, 1)[2..]);
+}
+
+/// A tiny regression BNN (1 input, 3 tanh units, fixed lambda) on 4 rows, 3 particles.
+fn tiny_bnn() -> (Bnn, Vec<f64>, Vec<f64>) {
+    let device = flex();
+    let x = vec![-1.0, -0.3, 0.4, 1.2];
+    let y = vec![0.5, -0.2, 0.1, 0.9];
+    let config = BnnConfig {
+        hidden: vec![3],
+        activation: Activation::Tanh,
+        prior: WeightPrior::Fixed(1.0),
+        ..BnnConfig::default()
+    };
+    let bnn = Bnn::from_config(&x, &y, 1, &config, &device).unwrap();
+    // w1 [3, 1], b1 [3], w2 [3], b2, log gamma: 11 coordinates per particle.
+    let particles = vec![
+        0.8, -0.5, 1.1, 0.1, -0.2, 0.3, 0.7, -1.2, 0.4, 0.05, 0.2, //
+        -0.4, 0.9, 0.6, -0.3, 0.2, 0.0, -0.8, 0.5, 1.0, -0.1, -0.3, //
+        1.3, 0.2, -0.7, 0.0, 0.4, -0.5, 0.3, 0.9, -0.6, 0.2, 0.1,
+    ];
+    (bnn, x, particles)
+}
+
+/// The network in plain `f64`, independent of the layers: `sum_j w2_j tanh(w1_j x + b1_j) + b2`
+/// with `theta = (w1[3], b1[3], w2[3], b2, log gamma)`.
+fn net(theta: &[f64], x: f64) -> f64 {
+    (0..3).map(|j| theta[6 + j] * (theta[j] * x + theta[3 + j]).tanh()).sum::<f64>() + theta[9]
+}
+
+#[test]
+fn function_space_push_back_equals_finite_differences() {
+    let device = flex();
+    let (bnn, _, theta) = tiny_bnn();
+    assert_eq!(bnn.dim(), 11);
+    let (n, dim) = (3, 11);
+    let points_host = [-2.0, -0.5, 0.3, 1.0, 2.5];
+    let m = points_host.len();
+    let points = matrix_from_vec(points_host.iter().map(|&v| v as f32).collect(), m, 1, &device);
+    let x = matrix_from_vec(theta.iter().map(|&v| v as f32).collect(), n, dim, &device);
+    let (x_plain, points_plain) = (x.clone(), points.clone());
+    let map: &dyn FunctionMap = bnn.function_map().unwrap();
+    let step = function_space_direction(&bnn, map, x.clone(), None, points).unwrap();
+    let push_back: Vec<f64> =
+        host(&(step.direction - score(&bnn, x, None).unwrap().grad)).into_iter().map(f64::from).collect();
+
+    // The repulsion in f64: outputs, the median rule h^2 = med / (2 ln(n + 1)) over all n^2
+    // squared distances (9, odd: the 5th smallest), rho_i = (f_i - sum_j w_ij f_j) / h^2.
+    let f: Vec<Vec<f64>> =
+        (0..n).map(|i| points_host.iter().map(|&p| net(&theta[i * dim..(i + 1) * dim], p)).collect()).collect();
+    let sq = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(u, v)| (u - v).powi(2)).sum::<f64>();
+    // The network's outputs are the f64 network's (the layout read right).
+    let got_f = host(&map.function_values(x_plain.clone(), points_plain.clone()));
+    for i in 0..n {
+        for p in 0..m {
+            let (g, w) = (f64::from(got_f[i * m + p]), f[i][p]);
+            assert!((g - w).abs() < 1e-5 * (1.0 + w.abs()), "f[{i}][{p}] {g} vs {w}");
+        }
+    }
+    let mut all: Vec<f64> = (0..n).flat_map(|i| (0..n).map(move |j| (i, j))).map(|(i, j)| sq(&f[i], &f[j])).collect();
+    all.sort_by(f64::total_cmp);
+    let h2 = all[4] / (2.0 * 4f64.ln());
+    assert!((step.h2 - h2).abs() < 1e-4 * h2, "h^2 {} vs {h2}", step.h2);
+    let rho: Vec<Vec<f64>> = (0..n)
+        .map(|i| {
+            let k: Vec<f64> = (0..n).map(|j| (-sq(&f[i], &f[j]) / (2.0 * h2)).exp()).collect();
+            let total: f64 = k.iter().sum();
+            (0..m).map(|p| (f[i][p] - (0..n).map(|j| k[j] * f[j][p]).sum::<f64>() / total) / h2).collect()
+        })
+        .collect();
+    let got_rho = host(&step.repulsion);
+    for i in 0..n {
+        for p in 0..m {
+            let (g, w) = (f64::from(got_rho[i * m + p]), rho[i][p]);
+            assert!((g - w).abs() < 1e-3 * (1.0 + w.abs()), "rho[{i}][{p}] {g} vs {w}");
+        }
+    }
+    // J_i^T rho_i by central differences of <f(theta_i), rho_i> (f64, step 1e-5: error ~1e-10).
+    let eps = 1e-5;
+    for i in 0..n {
+        let base = &theta[i * dim..(i + 1) * dim];
+        let g = |t: &[f64]| points_host.iter().zip(&rho[i]).map(|(&p, r)| net(t, p) * r).sum::<f64>();
+        for c in 0..dim {
+            let (mut up, mut down) = (base.to_vec(), base.to_vec());
+            up[c] += eps;
+            down[c] -= eps;
+            let fd = (g(&up) - g(&down)) / (2.0 * eps);
+            let got = push_back[i * dim + c];
+            // f32 forward and backward: relative error ~1e-5 of the score's scale.
+            assert!((got - fd).abs() < 2e-3 * (1.0 + fd.abs()), "particle {i} coordinate {c}: {got} vs {fd}");
+        }
+    }
+}
+
+/// `fpovi` refuses a model that is not a function of inputs, naming itself; bad options are
+/// named.
+#[test]
+fn function_space_needs_a_network_and_checks_its_options() {
+    let device = flex();
+    let target = Gaussian::new(&GAUSSIAN_MEAN, &GAUSSIAN_COV, &device).unwrap();
+    let mut e = engine("fpovi", 0.1);
+    let start = Particles::from_rows(vec![0.0, 1.0, 1.0, 0.0], 2, 2, &device).unwrap();
+    let err = Runner::new(e.as_mut(), &target, start, RunConfig::new(2, 0)).unwrap().run(&mut []).err().unwrap();
+    assert!(err.to_string().contains("fpovi"), "{err}");
+    let bad = FunctionSpaceConfig { spread: -1.0, ..FunctionSpaceConfig::default() };
+    let spec = EngineSpec::new(MethodConfig::Fpovi(bad), KernelConfig::default(), AdapterConfig::default());
+    assert!(spec.build().err().unwrap().to_string().contains("spread"));
+    let imq = KernelConfig::Imq { c: 1.0, beta: -0.5 };
+    for name in ["fpovi", "ensemble"] {
+        let spec = EngineSpec::new(MethodConfig::default_for(name).unwrap(), imq.clone(), AdapterConfig::default());
+        assert!(spec.build().err().unwrap().to_string().contains("`kernel`"), "{name}");
+    }
+}
+
+/// On the tiny network with its 4 rows, function-space particles run with minibatches and stay
+/// finite; their measurement points include draws beyond the data.
+#[test]
+fn function_space_particles_run_on_a_bnn() {
+    let device = flex();
+    let (bnn, _, theta) = tiny_bnn();
+    let mut e = engine("fpovi", 0.01);
+    let start = Particles::from_rows(theta.iter().map(|&v| v as f32).collect(), 3, 11, &device).unwrap();
+    let config = RunConfig { batch_size: Some(2), ..RunConfig::new(50, 3) };
+    let out = Runner::new(e.as_mut(), &bnn, start, config).unwrap().run(&mut []).unwrap();
+    assert!(host(&out.particles.positions).iter().all(|v| v.is_finite()));
+    assert!(e.report()["last_h2"].as_f64().unwrap() > 0.0);
+}
