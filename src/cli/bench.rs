@@ -216,6 +216,12 @@ fn speed(args: SpeedArgs) -> Result<()> {
         }
         if wanted("engines") {
             for &method in MethodConfig::NAMES.iter().filter(|m| **m != "svgd") {
+                // Pathfinder does all its work (every path's L-BFGS, the draws, the resampling) in
+                // its first step: a time per step means nothing for it.
+                if method == "pathfinder" {
+                    println!("{:<28} {:<8} skipped: not a per-step method", "pathfinder-bnn-boston", backend.name());
+                    continue;
+                }
                 match timing.engine(method, &bnn, &bnn_start, Some(BATCH)) {
                     Ok(ms) => emit(row(format!("{method}-bnn-boston"), BNN_PARTICLES, bnn.dim(), ms, None)),
                     Err(e) => println!("{:<28} {:<8} skipped: {e:#}", format!("{method}-bnn-boston"), backend.name()),

@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use parvi_bench::reference::{NutsConfig, nuts_run};
-use parvi_infer::{AdapterConfig, EngineSpec, FitConfig, MethodConfig, Precondition, fit};
+use parvi_infer::{AdapterConfig, EngineRng, EngineSpec, FitConfig, MethodConfig, Precondition, fit};
 use parvi_model::tensor_ops::{matrix_from_vec, to_vec_f64};
 use parvi_model::{BackendKind, LogDensity};
 use parvi_models::posteriordb::compare::{Comparison, compare, compare_moments};
@@ -273,7 +273,19 @@ fn run_one(
     let (reported, weights, score_evals) = if method == "nuts" {
         let dim = model.dim();
         let nuts = NutsConfig { tune: args.nuts_tune, draws: args.nuts_draws, seed: args.seed };
-        let run = nuts_run(model, &vec![0.0; dim], nuts, device).context("NUTS")?;
+        // From the origin of the unconstrained space; where NUTS cannot start there (accel_gp:
+        // its scale is 1e5 times off at the origin), from Stan's random inits, uniform(-2, 2),
+        // seeded, at most 10 tries as Stan retries its inits.
+        let mut inits = EngineRng::new(args.seed ^ 0x1417);
+        let mut run = nuts_run(model, &vec![0.0; dim], nuts, device);
+        for _ in 0..10 {
+            if run.is_ok() {
+                break;
+            }
+            let init: Vec<f64> = (0..dim).map(|_| 4.0 * inits.uniform() - 2.0).collect();
+            run = nuts_run(model, &init, nuts, device);
+        }
+        let run = run.context("NUTS")?;
         let n = run.draws.len();
         let flat: Vec<f32> = run.draws.into_iter().flatten().map(|v| v as f32).collect();
         let reported = to_vec_f64(&model.reported(matrix_from_vec(flat, n, dim, device)));
