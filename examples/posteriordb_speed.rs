@@ -61,7 +61,10 @@ fn main() -> Result<()> {
     let dir = PathBuf::from(args.next().context("usage: posteriordb_speed SUITE_DIR NAME[,NAME...]")?);
     let names = args.next().context("usage: posteriordb_speed SUITE_DIR NAME[,NAME...]")?;
     let device = BackendKind::Flex.device()?;
-    println!("{:<36} {:>5} {:>16} {:>14} {:>16}", "posterior", "dim", "100 particles ms", "1 position ms", "per particle ratio");
+    println!(
+        "{:<36} {:>5} {:>16} {:>14} {:>16}",
+        "posterior", "dim", "100 particles ms", "1 position ms", "per particle ratio"
+    );
     for name in names.split(',') {
         let model = posteriordb::load(name, &dir, &device)?;
         let dim = model.dim();
@@ -76,7 +79,10 @@ fn main() -> Result<()> {
             let s = score(&model, matrix_from_vec(vec![0.0; dim], 1, dim, &device), None)?;
             let lp = parvi::model::tensor_ops::to_vec_f32(&s.log_prob);
             let g = parvi::model::tensor_ops::to_vec_f32(&s.grad);
-            println!("{name}: at the origin log p {lp:?}, non-finite gradient entries at {:?}", g.iter().enumerate().filter(|(_, v)| !v.is_finite()).map(|(i, _)| i).collect::<Vec<_>>());
+            println!(
+                "{name}: at the origin log p {lp:?}, non-finite gradient entries at {:?}",
+                g.iter().enumerate().filter(|(_, v)| !v.is_finite()).map(|(i, _)| i).collect::<Vec<_>>()
+            );
         }
         let many = median_ms(|| {
             score(&model, batch.clone(), None)?;

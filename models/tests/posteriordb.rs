@@ -919,3 +919,61 @@ fn new_distributions_match_their_formulas() {
         assert!((f64::from(mixed[i]) - expect).abs() < 1e-5 * (1.0 + expect.abs()), "{} vs {expect}", mixed[i]);
     }
 }
+
+/// Every posterior of the suite: a missing data field and an array of the wrong length are errors
+/// naming the file and the field (the first field the model reads that is missing or short;
+/// posteriordb's data files carry a few the models do not read).
+#[test]
+fn bad_data_is_named_for_every_model() {
+    let Some(dir) = suite("bad_data_is_named_for_every_model") else { return };
+    for &name in NAMES {
+        let data = StanData::read(&dir, name).0;
+        let mut refused_missing = 0;
+        let mut refused_short = 0;
+        for (key, value) in &data {
+            let missing = edited_suite(&dir, name, |d| {
+                d.remove(key);
+            });
+            if let Err(e) = posteriordb::load(name, missing.path(), &flex()) {
+                let msg = e.to_string();
+                assert!(msg.contains(&format!("`{key}`")) && msg.contains("data.json"), "{name}: {msg}");
+                refused_missing += 1;
+            }
+            if let Value::Array(items) = value
+                && items.len() > 1
+            {
+                let short = edited_suite(&dir, name, |d| {
+                    if let Value::Array(items) = &mut d[key] {
+                        items.pop();
+                    }
+                });
+                if let Err(e) = posteriordb::load(name, short.path(), &flex()) {
+                    let msg = e.to_string();
+                    assert!(msg.contains(&format!("`{key}`")) && msg.contains("data.json"), "{name}: {msg}");
+                    refused_short += 1;
+                }
+            }
+        }
+        assert!(refused_missing > 0 && refused_short > 0, "{name}: {refused_missing} missing, {refused_short} short");
+    }
+    // Values outside the data block's declared bounds, for the new kinds of model.
+    let cases: [(&str, &str, Value, &str); 5] = [
+        ("hmm_example-hmm_example", "K", Value::from(3), "K must be 2"),
+        ("bball_drive_event_0-hmm_drive_0", "u", Value::from(vec![-1.0; 416]), "<lower=0>"),
+        (
+            "hudson_lynx_hare-lotka_volterra",
+            "ts",
+            Value::from((0..20).map(|t| 20 - t).collect::<Vec<i32>>()),
+            "increase",
+        ),
+        ("gp_pois_regr-gp_regr", "N", Value::from(0), "lower bound 1"),
+        ("kidiq-kidscore_interaction", "mom_hs", Value::from(vec![2.0; 434]), "<lower=0, upper=1>"),
+    ];
+    for (name, field, value, expect) in cases {
+        let tmp = edited_suite(&dir, name, |d| {
+            d.insert(field.to_string(), value);
+        });
+        let msg = load_error(tmp.path(), name);
+        assert!(msg.contains(&format!("`{field}`")) && msg.contains(expect), "{name}: {msg}");
+    }
+}
