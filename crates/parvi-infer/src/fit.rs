@@ -127,6 +127,10 @@ pub struct FitResult {
     /// What stands for the posterior: the polish step's draws when it ran, else the engine's
     /// collected draws (SGLD's trace after burn-in and thinning), else the final particles.
     pub draws: Particles,
+    /// When `draws` are MCMC chains (an MCMC engine's trace or the polish step's): their number,
+    /// the draws stored snapshot-major (draw `s` of chain `c` in row `s * chains + c`); `None`
+    /// when they are the final particles.
+    pub chains: Option<usize>,
     /// The Laplace approximation the engine ran in, when it ran in one.
     pub laplace: Option<Laplace>,
     /// The summary of the Pathfinder run (k-hat, its paths), when one was made, used or not.
@@ -503,6 +507,8 @@ pub fn fit(
     diagnostics.pareto_k = diagnostics.pareto_k.or(pre.pathfinder.as_ref().map(|p| p.pareto_k));
     diagnostics.judge(engine.name(), laplace.as_ref());
     let particles = back(&outcome.particles);
+    // An MCMC engine's trace and the polish step's draws hold one chain per particle.
+    let chains = (polished.is_some() || is_mcmc).then_some(outcome.particles.len());
     let draws = match polished {
         Some(p) => back(&p),
         None => engine_draws.map(|d| back(&d)).unwrap_or_else(|| particles.clone()),
@@ -510,6 +516,7 @@ pub fn fit(
     Ok(FitResult {
         particles,
         draws,
+        chains,
         laplace,
         pathfinder: pre.pathfinder.as_ref().map(PathfinderFit::summary),
         precondition: pre.used,
