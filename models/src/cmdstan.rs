@@ -240,7 +240,8 @@ impl Draws {
         line(0, "method = sample");
         line(1, "sample");
         line(2, &format!("num_samples = {}", draws.draws_per_chain()));
-        line(2, "num_warmup = 0");
+        // The iterations before the saved draws (cmdstanpy refuses 0 with adaptation on).
+        line(2, &format!("num_warmup = {}", run.steps.max(1)));
         line(2, "save_warmup = false");
         line(2, "thin = 1");
         line(2, &format!("algorithm = {}", run.method));
@@ -316,6 +317,9 @@ pub struct RunInfo {
     /// The run's settings (particles, steps, preconditioner, backend, engine options), written
     /// as `key = value` lines of the `parvi` block.
     pub settings: Vec<(String, String)>,
+    /// The engine's steps, written as CmdStan's `num_warmup`: the iterations that led to the
+    /// saved draws, none of them saved.
+    pub steps: usize,
     /// What the draws are (`final particles`, `MCMC draws`, `polish-step MALA draws`).
     pub draws_are: String,
     /// The run's seed (also the resampling seed of a weighted set).

@@ -429,6 +429,7 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
         } else {
             format!("{method}'s final particles")
         },
+        steps: result.steps,
         seed,
         data_file,
         warmup_seconds: result.laplace_seconds,
@@ -457,10 +458,8 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
             None => plot::particles_over_density(&svg, t.density.as_ref(), t.window, particles, &device, &title)?,
         }
     }
-    if !args.quiet {
-        println!("{header}\n{}", stats.table());
-        println!("{}", summary_footer(&stats));
-    }
+    println!("{header}\n{}", stats.table());
+    println!("{}", summary_footer(&stats));
     for w in &diagnostics.warnings {
         eprintln!("warning: {w}");
     }
