@@ -239,7 +239,8 @@ impl Draws {
         }
         line(0, "method = sample");
         line(1, "sample");
-        line(2, &format!("num_samples = {}", draws.draws_per_chain()));
+        // One file holds every chain: to a reader it is one chain of all the rows.
+        line(2, &format!("num_samples = {}", draws.rows()));
         // The iterations before the saved draws (cmdstanpy refuses 0 with adaptation on).
         line(2, &format!("num_warmup = {}", run.steps.max(1)));
         line(2, "save_warmup = false");
