@@ -319,8 +319,12 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
     }
     let resume = args.resume.as_deref().map(Checkpoint::load).transpose()?;
     let polish = polish_config(args.polish, args.polish_steps)?;
+    // Every rank makes the directory (as before: checkpoints go there); the lead, which writes
+    // the outputs, also checks that it can write there.
     if lead {
         prepare_output(&out)?;
+    } else {
+        std::fs::create_dir_all(&out).with_context(|| format!("cannot create output directory {}", out.display()))?;
     }
     let data_file = match &target {
         Target::Posterior { data, .. } => Some(data.display().to_string()),

@@ -121,6 +121,31 @@ impl Default for FitConfig {
 }
 
 /// What [`fit`] returns, in the model's own (unconstrained) coordinates.
+///
+/// The draws by name on the constrained scale, and in CmdStan's CSV format, come from
+/// `parvi_models::cmdstan::Draws` (the model knows its names and transforms):
+///
+/// ```no_run
+/// use parvi_infer::{AdapterConfig, EngineSpec, FitConfig, KernelConfig, MethodConfig, fit};
+/// use parvi_model::BackendKind;
+/// use parvi_models::cmdstan::{Draws, RunInfo};
+/// use parvi_models::posteriordb;
+///
+/// fn main() -> Result<(), Box<dyn std::error::Error>> {
+///     let device = BackendKind::Flex.device()?;
+///     let model = posteriordb::load_folder("posteriordb/kidiq-kidscore_momiq".as_ref(), &device)?;
+///     let spec = EngineSpec::new(MethodConfig::default_for("svgd")?, KernelConfig::default(), AdapterConfig::adagrad(0.05));
+///     let config = FitConfig { steps: 1000, ..FitConfig::default() };
+///     let result = fit(&model, &spec, &config, &mut [], &device)?;
+///     // Constrained draws under Stan's names, lp__ from the model, MCMC chains split.
+///     let draws = Draws::of_posterior(&model, result.draws.positions.clone(), result.draws.weights.clone(), result.chains)?;
+///     let sigma: Vec<f64> = draws.column("sigma").expect("kidscore_momiq has sigma");
+///     println!("sigma's mean: {}", sigma.iter().sum::<f64>() / sigma.len() as f64);
+///     let run = RunInfo { model: model.model_name().into(), method: "svgd".into(), seed: config.seed, ..RunInfo::default() };
+///     draws.write_csv("draws.csv".as_ref(), &run)?;
+///     Ok(())
+/// }
+/// ```
 pub struct FitResult {
     /// The final particle set (with its weights).
     pub particles: Particles,
