@@ -339,7 +339,9 @@ pub struct RunInfo {
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CmdStanError> {
     let io = |error| CmdStanError::Io { action: "write", path: path.to_path_buf(), error };
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io)?;
+    // Hidden and marked as temporary (`.draws.csv.tmp-*`), as the run loop's checkpoints are.
+    let name = path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let mut tmp = tempfile::Builder::new().prefix(&format!(".{name}.tmp-")).tempfile_in(dir).map_err(io)?;
     std::io::Write::write_all(&mut tmp, bytes).map_err(io)?;
     tmp.as_file().sync_all().map_err(io)?;
     tmp.persist(path).map_err(|e| io(e.error))?;

@@ -261,7 +261,9 @@ impl Target {
 /// an output directory that cannot be written is refused by name with nothing written.
 fn prepare_output(out: &Path) -> Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("cannot create output directory {}", out.display()))?;
-    tempfile::NamedTempFile::new_in(out)
+    tempfile::Builder::new()
+        .prefix(".probe.tmp-")
+        .tempfile_in(out)
         .with_context(|| format!("cannot write to output directory {}", out.display()))?;
     Ok(())
 }
@@ -441,7 +443,7 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
         warnings: diagnostics.warnings.clone(),
     };
     let header = summary_header(&run_info, &draws, mcmc && draws.draws_per_chain() >= 4);
-    draws.write_csv(&out.join("draws.csv"), &run_info)?;
+    write_atomic(&out.join("draws.csv"), draws.to_csv(&run_info).as_bytes())?;
     write_atomic(&out.join("summary.csv"), stats.to_csv().as_bytes())?;
     write_atomic(&out.join("summary.json"), &serde_json::to_vec_pretty(&summary)?)?;
     write_particles(&out.join("particles.csv"), particles)?;
