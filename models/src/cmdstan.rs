@@ -279,8 +279,8 @@ impl Draws {
         out.push_str(&header.join(","));
         out.push('\n');
         let p = draws.names.len();
-        for r in 0..draws.rows() {
-            out.push_str(&number(draws.lp[r]));
+        for (r, &lp) in draws.lp.iter().enumerate() {
+            out.push_str(&number(lp));
             for &j in &order {
                 out.push(',');
                 out.push_str(&number(draws.values[r * p + j]));
