@@ -15,8 +15,9 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Fit a particle approximation to a built-in target; writes summary.json, particles.csv
-    /// and particles.svg to --out.
+    /// Fit a built-in target or a posteriordb posterior (--posterior DIR, or --model NAME --data
+    /// FILE.json); writes draws.csv (CmdStan's format), summary.csv, summary.json and
+    /// particles.csv (and particles.svg for a built-in target) to --out.
     Fit(Box<fit::FitArgs>),
     /// Train a BNN posterior on the toy regression or a UCI split; writes scores and a plot.
     Bnn(Box<bnn::BnnArgs>),

@@ -8,6 +8,7 @@ pub mod blr;
 pub mod bnn;
 pub mod bnn_posterior;
 pub mod builtin;
+pub mod cmdstan;
 pub mod exp_mixture;
 pub mod gaussian;
 pub mod mixture;

@@ -1,13 +1,18 @@
-//! `parvi fit`: run an engine on a built-in target and write summary, particles and a plot.
+//! `parvi fit`: run an engine on a built-in target or a posteriordb-style posterior and write
+//! the draws in CmdStan's CSV format, a `stansummary`-style summary, the particles and (for a
+//! 2-D target) a plot.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use parvi_infer::CheckpointPolicy;
+use parvi_infer::evaluation::Summary;
 use parvi_infer::{FitConfig, MethodConfig, Particles, Precondition, RunError, RunLabel, core::Checkpoint};
-use parvi_model::BackendKind;
-use parvi_models::{BUILTIN_TARGETS, builtin_target};
+use parvi_model::{BackendKind, LogDensity};
+use parvi_models::cmdstan::{self, RunInfo};
+use parvi_models::posteriordb::{self, PosteriorDbModel};
+use parvi_models::{BUILTIN_TARGETS, BuiltinTarget, builtin_target};
 use serde::{Deserialize, Serialize};
 
 use super::distributed::{Group, communication_ms_per_step, is_lead, launch};
@@ -23,9 +28,17 @@ pub struct FitArgs {
     #[arg(long, value_name = "FILE")]
     #[serde(skip)]
     pub config: Option<PathBuf>,
-    /// Target: a built-in density (gaussian: correlated 2-D; mixture: two 2-D modes; banana).
+    /// Target: a built-in density (gaussian: correlated 2-D; mixture: two 2-D modes; banana),
+    /// or with `--data` a posteriordb model.
     #[arg(long, help = model_help())]
     pub model: Option<String>,
+    /// A posteriordb-style posterior folder: its `posterior.json` names a known model and its
+    /// `data.json` holds the data (instead of `--model`).
+    #[arg(long, value_name = "DIR")]
+    pub posterior: Option<PathBuf>,
+    /// A Stan-format JSON data file for the posteriordb model named by `--model`.
+    #[arg(long, value_name = "FILE.json")]
+    pub data: Option<PathBuf>,
     /// Particle method [default: svgd].
     #[arg(long, help = method_help())]
     pub method: Option<String>,
@@ -102,9 +115,14 @@ pub struct FitArgs {
     pub distributed: bool,
 }
 
-/// `--model`'s help, naming every built-in target from the models' own table.
+/// `--model`'s help, naming every built-in target and posteriordb model from the models' own
+/// tables.
 fn model_help() -> String {
-    format!("Target, one of: {}", BUILTIN_TARGETS.join(", "))
+    format!(
+        "Target, one of: {}; or with --data FILE.json a posteriordb model: {}",
+        BUILTIN_TARGETS.join(", "),
+        posteriordb::MODELS.join(", ")
+    )
 }
 
 /// `--method`'s help, naming every method from the registry.
@@ -120,6 +138,8 @@ impl FitArgs {
         Ok(FitArgs {
             config: Some(path),
             model: self.model.or(file.model),
+            posterior: self.posterior.or(file.posterior),
+            data: self.data.or(file.data),
             method: self.method.or(file.method),
             particles: self.particles.or(file.particles),
             steps: self.steps.or(file.steps),
@@ -183,13 +203,75 @@ pub fn run(args: FitArgs) -> Result<()> {
     launch(distributed, |group| run_with(args, group))
 }
 
+/// What `parvi fit` runs on: a built-in 2-D target or a posteriordb posterior.
+enum Target {
+    Builtin(BuiltinTarget),
+    Posterior { model: Box<PosteriorDbModel>, data: PathBuf },
+}
+
+impl Target {
+    /// From `--posterior DIR`, `--model NAME --data FILE.json` or `--model NAME` (a built-in).
+    fn resolve(args: &FitArgs, device: &parvi_model::burn::tensor::Device) -> Result<Self> {
+        let builtins = BUILTIN_TARGETS.join(", ");
+        match (&args.posterior, &args.model, &args.data) {
+            (Some(dir), None, None) => {
+                let model = posteriordb::load_folder(dir, device)?;
+                Ok(Target::Posterior { model: Box::new(model), data: dir.join("data.json") })
+            }
+            (Some(_), _, _) => {
+                bail!("`--posterior DIR` names the model and its data itself: give it without `--model` and `--data`")
+            }
+            (None, Some(name), Some(data)) => {
+                let model = posteriordb::load_data_file(name, data, device)?;
+                Ok(Target::Posterior { model: Box::new(model), data: data.clone() })
+            }
+            (None, None, Some(_)) => {
+                bail!("`--data FILE.json` needs `--model NAME`, one of: {}", posteriordb::MODELS.join(", "))
+            }
+            (None, Some(name), None) if posteriordb::MODELS.contains(&name.as_str()) => bail!(
+                "model `{name}` is a posteriordb model: give its data with `--data FILE.json` (or a posterior folder with `--posterior DIR`)"
+            ),
+            (None, Some(name), None) if !BUILTIN_TARGETS.contains(&name.as_str()) => bail!(
+                "unknown model `{name}`: the built-in targets are {builtins}; with `--data FILE.json` the posteriordb models {}",
+                posteriordb::MODELS.join(", ")
+            ),
+            (None, Some(name), None) => Ok(Target::Builtin(builtin_target(name, device)?)),
+            (None, None, None) => {
+                bail!("missing setting `--model` (one of: {builtins}) or `--posterior DIR`")
+            }
+        }
+    }
+
+    fn density(&self) -> &dyn LogDensity {
+        match self {
+            Target::Builtin(t) => t.density.as_ref(),
+            Target::Posterior { model, .. } => model.as_ref(),
+        }
+    }
+
+    fn name(&self) -> String {
+        match self {
+            Target::Builtin(t) => t.name.to_string(),
+            Target::Posterior { model, .. } => model.name().to_string(),
+        }
+    }
+}
+
+/// Makes `out` (and its parents) and checks that a file can be created in it, before the run:
+/// an output directory that cannot be written is refused by name with nothing written.
+fn prepare_output(out: &Path) -> Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create output directory {}", out.display()))?;
+    tempfile::Builder::new()
+        .prefix(".probe.tmp-")
+        .tempfile_in(out)
+        .with_context(|| format!("cannot write to output directory {}", out.display()))?;
+    Ok(())
+}
+
 /// The run, in this process alone or as one rank of `collective`'s group.
 fn run_with(args: FitArgs, collective: Group) -> Result<()> {
     // Rank 0 alone prints and writes; the state is replicated on every rank.
     let lead = is_lead(&collective);
-    let Some(model_name) = args.model.clone() else {
-        bail!("missing setting `--model` (one of: {})", BUILTIN_TARGETS.join(", "))
-    };
     let Some(out) = args.out.clone() else { bail!("missing setting `--out DIR`") };
     let method = args.method.clone().unwrap_or_else(|| "svgd".into());
     let n = args.particles.unwrap_or(100);
@@ -208,7 +290,8 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
     let adapter = adapter_from_name(args.adapter.as_deref().unwrap_or("adagrad"), lr)?;
 
     let device = backend.device()?;
-    let target = builtin_target(&model_name, &device)?;
+    let target = Target::resolve(&args, &device)?;
+    let model_name = target.name();
     let mut options = args.options.clone().unwrap_or_default();
     options.extend(parse_options(&args.opt)?);
     let spec = engine_spec(&method, &options, kernel, adapter)?;
@@ -217,20 +300,38 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
     if args.checkpoint_every == Some(0) {
         bail!("invalid setting `--checkpoint-every`: must be >= 1, got 0");
     }
-    std::fs::create_dir_all(&out).with_context(|| format!("cannot create output directory {}", out.display()))?;
-
     let precondition = match args.precondition.as_deref().unwrap_or("laplace") {
         "laplace" => Precondition::Laplace,
         "pathfinder" => Precondition::Pathfinder,
         "none" => Precondition::None,
         other => bail!("invalid setting `--precondition`: `{other}` (expected laplace, pathfinder or none)"),
     };
+    let density = target.density();
     if args.resume.is_none() {
         // Refused by name rather than ending in an allocation abort: the particles, their
         // scores, the step-size history and the update are each an n x dim matrix.
-        let dim = target.density.dim();
-        parvi_infer::kernels::require_matrices_fit("particles", n, "the particles and their updates", n, dim, 4)?;
+        parvi_infer::kernels::require_matrices_fit(
+            "particles",
+            n,
+            "the particles and their updates",
+            n,
+            density.dim(),
+            4,
+        )?;
     }
+    let resume = args.resume.as_deref().map(Checkpoint::load).transpose()?;
+    let polish = polish_config(args.polish, args.polish_steps)?;
+    // Every rank makes the directory (as before: checkpoints go there); the lead, which writes
+    // the outputs, also checks that it can write there.
+    if lead {
+        prepare_output(&out)?;
+    } else {
+        std::fs::create_dir_all(&out).with_context(|| format!("cannot create output directory {}", out.display()))?;
+    }
+    let data_file = match &target {
+        Target::Posterior { data, .. } => Some(data.display().to_string()),
+        Target::Builtin(_) => None,
+    };
     let config = FitConfig {
         particles: n,
         steps,
@@ -240,7 +341,7 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
         progress: !args.quiet && lead,
         collective: collective.clone(),
         checkpoint: args.checkpoint_every.map(|every| CheckpointPolicy { path: out.join("checkpoint.json"), every }),
-        resume: args.resume.as_deref().map(Checkpoint::load).transpose()?,
+        resume,
         // What the checkpoint belongs to: a resume with another model, preconditioner, method,
         // option or particle count is refused by name (the checkpoint holds the engine's
         // coordinates, which the preconditioner sets).
@@ -250,14 +351,14 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
                 Precondition::Pathfinder => format!("{model_name} (whitened by its Pathfinder approximation)"),
                 Precondition::None => model_name.clone(),
             },
-            data: None,
+            data: data_file.clone(),
             engine_options: serde_json::to_value(&spec)?,
             particles: Some(n),
         },
-        polish: polish_config(args.polish, args.polish_steps)?,
+        polish,
         ..FitConfig::default()
     };
-    let result = match parvi_infer::fit(target.density.as_ref(), &spec, &config, &mut [], &device) {
+    let result = match parvi_infer::fit(density, &spec, &config, &mut [], &device) {
         Ok(result) => result,
         Err(RunError::Diverged { step, cause, last_finite }) => {
             if lead {
@@ -277,12 +378,13 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
     // else the particles.
     let particles = &result.draws;
     let (diagnostics, report) = (&result.diagnostics, result.report.clone());
-    for w in &diagnostics.warnings {
-        eprintln!("warning: {w}");
-    }
+    let (true_mean, true_cov) = match &target {
+        Target::Builtin(t) => (t.mean.clone(), t.cov.clone()),
+        Target::Posterior { .. } => (Vec::new(), Vec::new()),
+    };
     let summary = FitSummary {
         method: method.clone(),
-        model: target.name.into(),
+        model: model_name.clone(),
         backend: backend.name().into(),
         particles: particles.len(),
         steps: result.steps,
@@ -292,48 +394,174 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
         ms_per_step: result.ms_per_step(),
         posterior_mean: particles.mean(),
         posterior_cov: particles.covariance(),
-        true_mean: target.mean.clone(),
-        true_cov: target.cov.clone(),
+        true_mean,
+        true_cov,
         engine: report,
         stationarity: diagnostics.stationarity.clone(),
         warnings: diagnostics.warnings.clone(),
         ranks: Some(collective.as_ref().map_or(1, |c| c.size())),
         communication_ms_per_step: communication_ms_per_step(&collective, result.steps_run),
     };
+    // The draws on the constrained scale under Stan's names, and their summary: made before any
+    // file is written, so that a failure leaves none behind.
+    let weights = particles.weights.clone();
+    let draws = match &target {
+        Target::Builtin(t) => {
+            cmdstan::builtin_draws(t.density.as_ref(), particles.positions.clone(), weights, result.chains)?
+        }
+        Target::Posterior { model, .. } => {
+            cmdstan::Draws::of_posterior(model, particles.positions.clone(), weights, result.chains)?
+        }
+    };
+    let mcmc = result.chains.is_some();
+    let stats = summarize(&draws, mcmc)?;
+    let run_info = RunInfo {
+        model: match &target {
+            Target::Builtin(t) => t.name.to_string(),
+            Target::Posterior { model, .. } => model.model_name().to_string(),
+        },
+        posterior: match &target {
+            Target::Posterior { model, .. } => Some(model.name().to_string()),
+            Target::Builtin(_) => None,
+        },
+        method: method.clone(),
+        settings: run_settings(&args, &spec, n, &result, backend, lr)?,
+        draws_are: if config.polish.is_some() && result.chains.is_some() {
+            "MALA draws of the polish step, one chain per particle".into()
+        } else if result.chains.is_some() {
+            format!("{method}'s MCMC draws, one chain per particle")
+        } else if draws.weights().is_some() {
+            format!("{method}'s final weighted particles, resampled")
+        } else {
+            format!("{method}'s final particles")
+        },
+        steps: result.steps,
+        seed,
+        data_file,
+        warmup_seconds: result.laplace_seconds,
+        sampling_seconds: result.seconds,
+        warnings: diagnostics.warnings.clone(),
+    };
+    let header = summary_header(&run_info, &draws, mcmc && draws.draws_per_chain() >= 4);
+    write_atomic(&out.join("draws.csv"), draws.to_csv(&run_info).as_bytes())?;
+    write_atomic(&out.join("summary.csv"), stats.to_csv().as_bytes())?;
     write_atomic(&out.join("summary.json"), &serde_json::to_vec_pretty(&summary)?)?;
     write_particles(&out.join("particles.csv"), particles)?;
-    let (svg, title) = (out.join("particles.svg"), format!("{} on {}", method, target.name));
-    match kernel_weights(&summary.engine) {
-        // A multiple-kernel engine: its learned weights as bars beside the particles.
-        Some((h, w)) => plot::particles_with_kernel_weights(
-            &svg,
-            target.density.as_ref(),
-            target.window,
-            particles,
-            &device,
-            &title,
-            &h,
-            &w,
-        )?,
-        None => plot::particles_over_density(&svg, target.density.as_ref(), target.window, particles, &device, &title)?,
+    if let Target::Builtin(t) = &target {
+        let (svg, title) = (out.join("particles.svg"), format!("{} on {}", method, t.name));
+        match kernel_weights(&summary.engine) {
+            // A multiple-kernel engine: its learned weights as bars beside the particles.
+            Some((h, w)) => plot::particles_with_kernel_weights(
+                &svg,
+                t.density.as_ref(),
+                t.window,
+                particles,
+                &device,
+                &title,
+                &h,
+                &w,
+            )?,
+            None => plot::particles_over_density(&svg, t.density.as_ref(), t.window, particles, &device, &title)?,
+        }
+    }
+    println!("{header}\n{}", stats.table());
+    println!("{}", summary_footer(&stats));
+    for w in &diagnostics.warnings {
+        eprintln!("warning: {w}");
     }
     let ranks = match (&collective, summary.communication_ms_per_step) {
         (Some(c), Some(comm)) => format!(" on {} ranks ({comm:.3} ms/step communicating)", c.size()),
         _ => String::new(),
     };
     println!(
-        "{} on {} ({}){}: {} particles, {} steps, {:.3} ms/step; mean {:?}; wrote {}",
+        "{} on {} ({}){}: {} draws, {} steps, {:.3} ms/step; wrote {} (draws.csv, summary.csv)",
         method,
-        target.name,
+        model_name,
         backend,
         ranks,
         particles.len(),
         result.steps,
         result.ms_per_step(),
-        summary.posterior_mean.iter().map(|v| format!("{v:.4}")).collect::<Vec<_>>(),
         out.display()
     );
     Ok(())
+}
+
+/// The `stansummary`-style summary of `draws` (`lp__` first): MCMC chains with MCSE, ESS and
+/// R-hat; a particle set (weighted or not) without them.
+fn summarize(draws: &cmdstan::Draws, mcmc: bool) -> Result<Summary> {
+    let names: Vec<String> = std::iter::once("lp__".to_string()).chain(draws.names().iter().cloned()).collect();
+    let columns: Vec<Vec<f64>> = names.iter().map(|n| draws.column(n).unwrap_or_default()).collect();
+    // Chains too short for the split-chain statistics are summarised as a set of draws.
+    Ok(if mcmc && draws.draws_per_chain() >= 4 {
+        Summary::of_chains(&names, &columns, draws.chains())?
+    } else {
+        Summary::of_particles(&names, &columns, draws.weights())?
+    })
+}
+
+/// The run's settings for the `parvi` block of `draws.csv`'s comments.
+fn run_settings(
+    args: &FitArgs,
+    spec: &parvi_infer::EngineSpec,
+    particles: usize,
+    result: &parvi_infer::FitResult,
+    backend: BackendKind,
+    lr: f64,
+) -> Result<Vec<(String, String)>> {
+    let mut settings = vec![
+        ("particles".to_string(), particles.to_string()),
+        ("steps".to_string(), result.steps.to_string()),
+        ("precondition".to_string(), format!("{:?}", result.precondition).to_lowercase()),
+        ("backend".to_string(), backend.name().to_string()),
+        ("lr".to_string(), lr.to_string()),
+        ("polish".to_string(), args.polish.to_string()),
+    ];
+    // The engine's full configuration as one JSON line (no spaces: readers split `key = value`
+    // on whitespace).
+    settings.push(("engine_config".to_string(), serde_json::to_string(spec)?.replace(' ', "")));
+    Ok(settings)
+}
+
+/// The lines `stansummary` prints above its table: the model, the draws, the times.
+fn summary_header(run: &RunInfo, draws: &cmdstan::Draws, mcmc: bool) -> String {
+    let model = match &run.posterior {
+        Some(p) => format!("{} (posterior {p})", run.model),
+        None => run.model.clone(),
+    };
+    let what = if mcmc {
+        format!("{} chains: each with {} draws saved ({}).", draws.chains(), draws.draws_per_chain(), run.draws_are)
+    } else if draws.weights().is_some() {
+        format!(
+            "{} weighted particles ({}; the summary uses the weights, draws.csv resamples them with seed {}).",
+            draws.rows(),
+            run.draws_are,
+            run.seed
+        )
+    } else {
+        format!("{} particles ({}).", draws.rows(), run.draws_are)
+    };
+    format!(
+        "Inference for model: {model}\n{what}\n\nPreconditioning took {:.3} seconds\nSampling took {:.3} seconds\n",
+        run.warmup_seconds, run.sampling_seconds
+    )
+}
+
+/// The lines `stansummary` prints under its table: what the columns mean.
+fn summary_footer(stats: &Summary) -> String {
+    let mut text = String::from(
+        "Mean, StdDev and the quantiles are of the draws on the constrained scale; lp__ is the log density on the\nunconstrained scale with the Jacobian, up to a constant (Stan's convention).",
+    );
+    if stats.chains.is_some() {
+        text.push_str(
+            "\nESS_bulk and ESS_tail are effective sample sizes of the rank-normalised split chains, and R_hat the\nrank-normalised split R-hat (at convergence, R_hat <= 1.01); MCSE is the Monte Carlo standard error of the mean.",
+        );
+    } else {
+        text.push_str(
+            "\nA particle set is not a Markov chain: MCSE, ESS and R-hat do not apply (n/a); the run's diagnostics judge it.",
+        );
+    }
+    text
 }
 
 /// The polish step's settings from `--polish` and `--polish-steps` (which needs `--polish`).

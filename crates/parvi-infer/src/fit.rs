@@ -121,12 +121,41 @@ impl Default for FitConfig {
 }
 
 /// What [`fit`] returns, in the model's own (unconstrained) coordinates.
+///
+/// The draws by name on the constrained scale, and in CmdStan's CSV format, come from
+/// `parvi_models::cmdstan::Draws` (the model knows its names and transforms):
+///
+/// ```no_run
+/// use parvi_infer::{AdapterConfig, EngineSpec, FitConfig, KernelConfig, MethodConfig, fit};
+/// use parvi_model::BackendKind;
+/// use parvi_models::cmdstan::{Draws, RunInfo};
+/// use parvi_models::posteriordb;
+///
+/// fn main() -> Result<(), Box<dyn std::error::Error>> {
+///     let device = BackendKind::Flex.device()?;
+///     let model = posteriordb::load_folder("posteriordb/kidiq-kidscore_momiq".as_ref(), &device)?;
+///     let spec = EngineSpec::new(MethodConfig::default_for("svgd")?, KernelConfig::default(), AdapterConfig::adagrad(0.05));
+///     let config = FitConfig { steps: 1000, ..FitConfig::default() };
+///     let result = fit(&model, &spec, &config, &mut [], &device)?;
+///     // Constrained draws under Stan's names, lp__ from the model, MCMC chains split.
+///     let draws = Draws::of_posterior(&model, result.draws.positions.clone(), result.draws.weights.clone(), result.chains)?;
+///     let sigma: Vec<f64> = draws.column("sigma").expect("kidscore_momiq has sigma");
+///     println!("sigma's mean: {}", sigma.iter().sum::<f64>() / sigma.len() as f64);
+///     let run = RunInfo { model: model.model_name().into(), method: "svgd".into(), seed: config.seed, ..RunInfo::default() };
+///     draws.write_csv("draws.csv".as_ref(), &run)?;
+///     Ok(())
+/// }
+/// ```
 pub struct FitResult {
     /// The final particle set (with its weights).
     pub particles: Particles,
     /// What stands for the posterior: the polish step's draws when it ran, else the engine's
     /// collected draws (SGLD's trace after burn-in and thinning), else the final particles.
     pub draws: Particles,
+    /// When `draws` are MCMC chains (an MCMC engine's trace or the polish step's): their number,
+    /// the draws stored snapshot-major (draw `s` of chain `c` in row `s * chains + c`); `None`
+    /// when they are the final particles.
+    pub chains: Option<usize>,
     /// The Laplace approximation the engine ran in, when it ran in one.
     pub laplace: Option<Laplace>,
     /// The summary of the Pathfinder run (k-hat, its paths), when one was made, used or not.
@@ -503,6 +532,8 @@ pub fn fit(
     diagnostics.pareto_k = diagnostics.pareto_k.or(pre.pathfinder.as_ref().map(|p| p.pareto_k));
     diagnostics.judge(engine.name(), laplace.as_ref());
     let particles = back(&outcome.particles);
+    // An MCMC engine's trace and the polish step's draws hold one chain per particle.
+    let chains = (polished.is_some() || is_mcmc).then_some(outcome.particles.len());
     let draws = match polished {
         Some(p) => back(&p),
         None => engine_draws.map(|d| back(&d)).unwrap_or_else(|| particles.clone()),
@@ -510,6 +541,7 @@ pub fn fit(
     Ok(FitResult {
         particles,
         draws,
+        chains,
         laplace,
         pathfinder: pre.pathfinder.as_ref().map(PathfinderFit::summary),
         precondition: pre.used,

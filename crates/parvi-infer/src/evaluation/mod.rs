@@ -1,12 +1,13 @@
 //! Evaluation of a particle set or a trace: kernel Stein discrepancy and MMD, effective sample
 //! size and split R-hat, the traces they are computed from, and the stationarity check (do MALA
 //! chains started at the particles leave their moments where they are?), and the polish step
-//! that continues those chains until they have mixed.
+//! that continues those chains until they have mixed; and the `stansummary`-style summary of draws.
 
 mod diagnostics;
 mod metrics;
 mod polish;
 mod stationarity;
+mod summary;
 mod trace;
 
 pub use diagnostics::{TraceDiagnostics, TraceView, bulk_ess, ess, split_rhat};
@@ -16,4 +17,5 @@ pub use stationarity::{
     MIN_ACCEPTANCE, MIN_PARTICLES, MalaChains, MomentShift, Stationarity, StationarityConfig, TARGET_ACCEPTANCE,
     bonferroni_threshold, mala_chains, normal_quantile, stationarity_check, stationarity_check_chains,
 };
+pub use summary::{Summary, SummaryRow};
 pub use trace::{Trace, TraceConfig};

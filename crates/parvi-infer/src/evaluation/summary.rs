@@ -1,0 +1,305 @@
+//! A posterior summary as CmdStan's `stansummary` prints it: per quantity the mean, the Monte
+//! Carlo standard error of the mean, the sd, the 5%, 50% and 95% quantiles, and for MCMC chains
+//! the bulk and tail effective sample sizes and R-hat (Vehtari, Gelman, Simpson, Carpenter &
+//! Bürkner 2021, the estimators of Stan's `stansummary` and R's `posterior`).
+//!
+//! A particle set is not a Markov chain: its draws are neither independent nor autocorrelated in
+//! any order, so MCSE, ESS and R-hat have no meaning there and are left out (`n/a`).
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::InferError;
+use crate::evaluation::{bulk_ess, ess, normal_quantile, split_rhat};
+
+/// One quantity's line of a [`Summary`]; `None` where the statistic does not apply.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SummaryRow {
+    /// The quantity's name (`lp__`, `theta[1]`).
+    pub name: String,
+    /// The (weighted) mean.
+    pub mean: f64,
+    /// Monte Carlo standard error of the mean, `sd / sqrt(ESS)` with the ESS of the split chains
+    /// (MCMC only).
+    pub mcse: Option<f64>,
+    /// The (weighted) standard deviation.
+    pub sd: f64,
+    /// The 5% quantile.
+    pub q5: f64,
+    /// The median.
+    pub q50: f64,
+    /// The 95% quantile.
+    pub q95: f64,
+    /// Bulk ESS: of the rank-normalised split chains (MCMC only).
+    pub ess_bulk: Option<f64>,
+    /// Tail ESS: the smaller ESS of the indicators of the 5% and 95% quantiles (MCMC only).
+    pub ess_tail: Option<f64>,
+    /// Rank-normalised split R-hat: the larger of the rank-normalised draws' and of their folded
+    /// (`|x - median|`) values' (MCMC only).
+    pub rhat: Option<f64>,
+}
+
+/// A summary of draws, one [`SummaryRow`] per quantity.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Summary {
+    /// The rows, in the order of the quantities given.
+    pub rows: Vec<SummaryRow>,
+    /// Number of chains (`None` for a particle set).
+    pub chains: Option<usize>,
+    /// Number of draws in all.
+    pub draws: usize,
+    /// Whether the draws were weighted.
+    pub weighted: bool,
+}
+
+impl Summary {
+    /// The summary of `chains` MCMC chains: `columns[j]` holds every draw of quantity `names[j]`,
+    /// chain after chain (equal lengths, at least 4 draws per chain).
+    pub fn of_chains(names: &[String], columns: &[Vec<f64>], chains: usize) -> Result<Self, InferError> {
+        let draws = check(names, columns)?;
+        if chains == 0 || draws % chains != 0 || draws / chains < 4 {
+            return Err(InferError::setting(
+                "summary",
+                format!("{draws} draws do not make {chains} chains of at least 4 draws"),
+            ));
+        }
+        let per = draws / chains;
+        let rows = names
+            .iter()
+            .zip(columns)
+            .map(|(name, x)| {
+                let split: Vec<Vec<f64>> = x.chunks(per).map(<[f64]>::to_vec).collect();
+                let (mean, sd) = moments(x, None);
+                let (q5, q50, q95) = (quantile7(x, 0.05), quantile7(x, 0.5), quantile7(x, 0.95));
+                let finite = x.iter().all(|v| v.is_finite());
+                let mcmc = |v: f64| finite.then_some(v);
+                let ess_mean = ess(&halves(&split));
+                SummaryRow {
+                    name: name.clone(),
+                    mean,
+                    mcse: mcmc(sd / ess_mean.sqrt()),
+                    sd,
+                    q5,
+                    q50,
+                    q95,
+                    ess_bulk: mcmc(bulk_ess(&split)),
+                    ess_tail: mcmc(tail_ess(&split, q5, q95)),
+                    rhat: mcmc(rank_rhat(&split, q50)),
+                }
+            })
+            .collect();
+        Ok(Self { rows, chains: Some(chains), draws, weighted: false })
+    }
+
+    /// The summary of a particle set (optionally weighted: non-negative, not all zero):
+    /// weighted moments and quantiles, no MCSE, ESS or R-hat.
+    pub fn of_particles(names: &[String], columns: &[Vec<f64>], weights: Option<&[f64]>) -> Result<Self, InferError> {
+        let draws = check(names, columns)?;
+        if let Some(w) = weights
+            && (w.len() != draws || w.iter().any(|v| !(v.is_finite() && *v >= 0.0)) || w.iter().sum::<f64>() <= 0.0)
+        {
+            return Err(InferError::setting(
+                "summary",
+                format!("{} weights for {draws} particles, or not finite, non-negative and summing above 0", w.len()),
+            ));
+        }
+        let rows = names
+            .iter()
+            .zip(columns)
+            .map(|(name, x)| {
+                let (mean, sd) = moments(x, weights);
+                let q = |p| match weights {
+                    Some(w) => weighted_quantile(x, w, p),
+                    None => quantile7(x, p),
+                };
+                SummaryRow {
+                    name: name.clone(),
+                    mean,
+                    mcse: None,
+                    sd,
+                    q5: q(0.05),
+                    q50: q(0.5),
+                    q95: q(0.95),
+                    ess_bulk: None,
+                    ess_tail: None,
+                    rhat: None,
+                }
+            })
+            .collect();
+        Ok(Self { rows, chains: None, draws, weighted: weights.is_some() })
+    }
+
+    /// The table as `stansummary` prints it: a name column, then `Mean MCSE StdDev 5% 50% 95%
+    /// ESS_bulk ESS_tail R_hat`, three significant digits, `n/a` where a statistic does not
+    /// apply.
+    pub fn table(&self) -> String {
+        let width = self.rows.iter().map(|r| r.name.len()).max().unwrap_or(4).max(4) + 2;
+        let mut out = String::new();
+        let heads = ["Mean", "MCSE", "StdDev", "5%", "50%", "95%", "ESS_bulk", "ESS_tail", "R_hat"];
+        let _ = write!(out, "{:width$}", "");
+        for h in heads {
+            let _ = write!(out, "{h:>10}");
+        }
+        out.push_str("\n\n");
+        for r in &self.rows {
+            let _ = write!(out, "{:width$}", r.name);
+            for v in [Some(r.mean), r.mcse, Some(r.sd), Some(r.q5), Some(r.q50), Some(r.q95)] {
+                let _ = write!(out, "{:>10}", v.map_or("n/a".into(), |v| significant(v, 3)));
+            }
+            for v in [r.ess_bulk, r.ess_tail] {
+                let _ = write!(out, "{:>10}", v.map_or("n/a".into(), |v| format!("{v:.0}")));
+            }
+            let _ = writeln!(out, "{:>10}", r.rhat.map_or("n/a".into(), |v| format!("{v:.3}")));
+        }
+        out
+    }
+
+    /// The summary as CSV, `stansummary --csv_filename`'s columns: `name,Mean,MCSE,StdDev,5%,
+    /// 50%,95%,ESS_bulk,ESS_tail,R_hat`, full precision, an empty field where a statistic does
+    /// not apply.
+    pub fn to_csv(&self) -> String {
+        let mut out = String::from("name,Mean,MCSE,StdDev,5%,50%,95%,ESS_bulk,ESS_tail,R_hat\n");
+        let field = |v: Option<f64>| v.map_or(String::new(), |v| v.to_string());
+        for r in &self.rows {
+            let fields = [
+                Some(r.mean),
+                r.mcse,
+                Some(r.sd),
+                Some(r.q5),
+                Some(r.q50),
+                Some(r.q95),
+                r.ess_bulk,
+                r.ess_tail,
+                r.rhat,
+            ];
+            let _ = writeln!(out, "\"{}\",{}", r.name.replace('"', "\"\""), fields.map(field).join(","));
+        }
+        out
+    }
+}
+
+/// The number of draws, after checking that every column has that many and there are names for
+/// them.
+fn check(names: &[String], columns: &[Vec<f64>]) -> Result<usize, InferError> {
+    let draws = columns.first().map_or(0, Vec::len);
+    if names.len() != columns.len() || draws == 0 || columns.iter().any(|c| c.len() != draws) {
+        return Err(InferError::setting(
+            "summary",
+            format!(
+                "{} names for {} columns of draws, which must be non-empty and equally long",
+                names.len(),
+                columns.len()
+            ),
+        ));
+    }
+    Ok(draws)
+}
+
+/// Mean and sd (weighted: `sum w (x - m)^2 / sum w`; unweighted: the `n - 1` estimator, as
+/// `stansummary`).
+fn moments(x: &[f64], weights: Option<&[f64]>) -> (f64, f64) {
+    let n = x.len() as f64;
+    match weights {
+        Some(w) => {
+            let total: f64 = w.iter().sum();
+            let mean = x.iter().zip(w).map(|(x, w)| w * x).sum::<f64>() / total;
+            let var = x.iter().zip(w).map(|(x, w)| w * (x - mean).powi(2)).sum::<f64>() / total;
+            (mean, var.sqrt())
+        }
+        None => {
+            let mean = x.iter().sum::<f64>() / n;
+            let var = if x.len() > 1 { x.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0) } else { 0.0 };
+            (mean, var.sqrt())
+        }
+    }
+}
+
+/// Quantile `p` by linear interpolation between order statistics (Hyndman & Fan's type 7, R's
+/// and numpy's default, which `posterior` and `stansummary` use).
+fn quantile7(x: &[f64], p: f64) -> f64 {
+    let mut sorted = x.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let h = (sorted.len() - 1) as f64 * p;
+    let (lo, hi) = (h.floor() as usize, h.ceil() as usize);
+    sorted[lo] + (h - h.floor()) * (sorted[hi] - sorted[lo])
+}
+
+/// Quantile `p` of a weighted set: the smallest value whose cumulative normalised weight
+/// reaches `p` (the inverse of the weighted empirical CDF).
+fn weighted_quantile(x: &[f64], w: &[f64], p: f64) -> f64 {
+    let mut order: Vec<usize> = (0..x.len()).collect();
+    order.sort_by(|&a, &b| x[a].total_cmp(&x[b]));
+    let total: f64 = w.iter().sum();
+    let mut cumulative = 0.0;
+    for &i in &order {
+        cumulative += w[i] / total;
+        if cumulative >= p {
+            return x[i];
+        }
+    }
+    x[order[order.len() - 1]]
+}
+
+/// Each chain cut in two halves (the first half drops a middle draw of an odd length).
+fn halves(chains: &[Vec<f64>]) -> Vec<Vec<f64>> {
+    let half = chains[0].len() / 2;
+    chains.iter().flat_map(|c| [c[..half].to_vec(), c[c.len() - half..].to_vec()]).collect()
+}
+
+/// The draws of all chains rank-normalised together: `z = Phi^-1((r - 3/8) / (S + 1/4))`, ties
+/// at their mean rank (Vehtari et al. 2021, eq. 14).
+fn rank_normalise(chains: &[Vec<f64>]) -> Vec<Vec<f64>> {
+    let total: usize = chains.iter().map(Vec::len).sum();
+    let mut order: Vec<(f64, usize, usize)> =
+        chains.iter().enumerate().flat_map(|(c, v)| v.iter().enumerate().map(move |(t, x)| (*x, c, t))).collect();
+    order.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut z: Vec<Vec<f64>> = chains.iter().map(|c| vec![0.0; c.len()]).collect();
+    let mut i = 0;
+    while i < order.len() {
+        let mut j = i;
+        while j + 1 < order.len() && order[j + 1].0 == order[i].0 {
+            j += 1;
+        }
+        let rank = (i + j) as f64 / 2.0 + 1.0;
+        let value = normal_quantile((rank - 0.375) / (total as f64 + 0.25));
+        for &(_, c, t) in &order[i..=j] {
+            z[c][t] = value;
+        }
+        i = j + 1;
+    }
+    z
+}
+
+/// Rank-normalised split R-hat: the larger of the rank-normalised draws' split R-hat (location)
+/// and that of the rank-normalised `|x - median|` (scale) (Vehtari et al. 2021, Sec. 4.2).
+fn rank_rhat(chains: &[Vec<f64>], median: f64) -> f64 {
+    let folded: Vec<Vec<f64>> = chains.iter().map(|c| c.iter().map(|x| (x - median).abs()).collect()).collect();
+    split_rhat(&rank_normalise(chains)).max(split_rhat(&rank_normalise(&folded)))
+}
+
+/// Tail ESS: the smaller ESS of the split chains' indicators `I(x <= q5)` and `I(x <= q95)`
+/// (Vehtari et al. 2021, Sec. 4.3).
+fn tail_ess(chains: &[Vec<f64>], q5: f64, q95: f64) -> f64 {
+    let indicator = |q: f64| -> Vec<Vec<f64>> {
+        halves(chains).iter().map(|c| c.iter().map(|&x| if x <= q { 1.0 } else { 0.0 }).collect()).collect()
+    };
+    ess(&indicator(q5)).min(ess(&indicator(q95)))
+}
+
+/// `v` with `digits` significant digits, in fixed notation between 1e-3 and 1e6 and in
+/// scientific notation outside (as `stansummary` switches).
+fn significant(v: f64, digits: usize) -> String {
+    if !v.is_finite() {
+        return format!("{v}");
+    }
+    if v == 0.0 {
+        return "0".into();
+    }
+    let magnitude = v.abs().log10().floor();
+    if !(-3.0..6.0).contains(&magnitude) {
+        return format!("{v:.*e}", digits - 1);
+    }
+    let decimals = (digits as f64 - 1.0 - magnitude).max(0.0) as usize;
+    format!("{v:.decimals$}")
+}

@@ -1,0 +1,523 @@
+//! Draws in CmdStan's CSV format, the file ArviZ (`from_cmdstan`), cmdstanpy (`from_csv`) and
+//! R's `posterior`/`cmdstanr` read: comment lines (`# key = value`, nested by indentation) with
+//! the method and its settings, a header `lp__,` then every quantity in CmdStan's flattened
+//! naming (`theta.1`, a matrix `a.1.2` in column-major order), one row per draw, and the timing
+//! block (`#  Elapsed Time: ...`) after the draws.
+//!
+//! What parvi chose where CmdStan has no convention (docs/cmdstan.md):
+//! - `method = sample` with `algorithm = <parvi method>`: every draw set parvi writes stands for
+//!   the posterior, as a sampler's does; the `parvi` block names the engine and its settings.
+//! - Several MCMC chains go into one file, chain after chain (CmdStan writes a file per chain);
+//!   `parvi_chains` and `parvi_draws_per_chain` say how to split them. A single-file reader sees
+//!   one chain of all the draws, which gives the same means and quantiles.
+//! - A weighted particle set (MMD-FW, Stein points) is resampled to as many unweighted draws by
+//!   systematic resampling with a recorded seed (the `resampling` block), so that every reader's
+//!   means are the weighted set's up to the resampling's error; the weights themselves stay in
+//!   [`Draws`] for a summary computed before resampling.
+//! - `lp__` is the model's log density on the unconstrained scale with the log-Jacobian of every
+//!   constraint, up to a constant: Stan's convention.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use burn::tensor::Tensor;
+use parvi_model::LogDensity;
+use parvi_model::tensor_ops::to_vec_f32;
+use rand::{RngExt, SeedableRng};
+use thiserror::Error;
+
+use crate::posteriordb::PosteriorDbModel;
+
+/// What went wrong building, writing or reading draws.
+#[derive(Debug, Error)]
+pub enum CmdStanError {
+    /// Names, values, log densities or weights that do not fit together.
+    #[error("draws: {0}")]
+    Shape(String),
+    /// A CSV file that does not follow CmdStan's rules.
+    #[error("CmdStan CSV, line {line}: {reason}")]
+    Parse {
+        /// Line of the file (from 1).
+        line: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A file could not be read or written.
+    #[error("cannot {action} {}: {error}", path.display())]
+    Io {
+        /// `read` or `write`.
+        action: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The operating system's reason.
+        error: std::io::Error,
+    },
+}
+
+/// Draws of a posterior on the constrained scale, named in Stan's style (`theta[1]`, `a[1,2]`),
+/// with the log density of each and, for a weighted particle set, the weights.
+///
+/// Rows are chain-major: the draws of chain 1, then those of chain 2, ... (one chain for a
+/// particle set).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Draws {
+    names: Vec<String>,
+    values: Vec<f64>,
+    lp: Vec<f64>,
+    chains: usize,
+    weights: Option<Vec<f64>>,
+}
+
+impl Draws {
+    /// Draws from row-major `values` `[rows, names.len()]` (chain-major rows), their log
+    /// densities `lp` `[rows]`, `chains` equal chains, and optional `weights` (non-negative,
+    /// summing to a positive total; only for one chain).
+    pub fn new(
+        names: Vec<String>,
+        values: Vec<f64>,
+        lp: Vec<f64>,
+        chains: usize,
+        weights: Option<Vec<f64>>,
+    ) -> Result<Self, CmdStanError> {
+        let rows = lp.len();
+        let shape = |reason: String| Err(CmdStanError::Shape(reason));
+        if names.is_empty() {
+            return shape("no quantities to write".into());
+        }
+        if values.len() != rows * names.len() {
+            return shape(format!("{} values do not fill {rows} draws of {} quantities", values.len(), names.len()));
+        }
+        if rows == 0 || chains == 0 || rows % chains != 0 {
+            return shape(format!("{rows} draws do not split into {chains} equal chains"));
+        }
+        if let Some(w) = &weights {
+            if chains != 1 {
+                return shape("weights are for one particle set, not for chains".into());
+            }
+            if w.len() != rows {
+                return shape(format!("{} weights for {rows} draws", w.len()));
+            }
+            if let Some(bad) = w.iter().find(|v| !(v.is_finite() && **v >= 0.0)) {
+                return shape(format!("weight {bad} is not a finite non-negative number"));
+            }
+            if w.iter().sum::<f64>() <= 0.0 {
+                return shape("the weights sum to zero".into());
+            }
+        }
+        if let Some(bad) = names.iter().find(|n| n.is_empty() || cmdstan_name(n).contains([',', '\n', '"', ' '])) {
+            return shape(format!("name `{bad}` cannot be a CSV column"));
+        }
+        Ok(Self { names, values, lp, chains, weights })
+    }
+
+    /// Draws from tensors: the reported quantities `[rows, names.len()]`, the log densities
+    /// `[rows]` and optional weights `[rows]`. With `chains = Some(k)` the rows are `k` MCMC
+    /// chains stored snapshot-major (draw `s` of chain `c` in row `s * k + c`, the layout of an
+    /// MCMC engine's draws and of the polish step's), reordered here chain after chain.
+    pub fn from_tensors(
+        names: Vec<String>,
+        reported: Tensor<2>,
+        lp: Tensor<1>,
+        weights: Option<Tensor<1>>,
+        chains: Option<usize>,
+    ) -> Result<Self, CmdStanError> {
+        let [rows, p] = reported.dims();
+        if p != names.len() {
+            return Err(CmdStanError::Shape(format!("{} names for {p} reported quantities", names.len())));
+        }
+        let values: Vec<f64> = to_vec_f32(&reported).into_iter().map(f64::from).collect();
+        let lp: Vec<f64> = to_vec_f32(&lp).into_iter().map(f64::from).collect();
+        let weights = weights.map(|w| to_vec_f32(&w).into_iter().map(f64::from).collect());
+        let k = chains.unwrap_or(1);
+        if k == 0 || rows % k != 0 || lp.len() != rows {
+            return Err(CmdStanError::Shape(format!("{rows} draws do not split into {k} equal chains")));
+        }
+        let per = rows / k;
+        // Snapshot-major to chain-major: row s * k + c moves to c * per + s.
+        let order: Vec<usize> = (0..k).flat_map(|c| (0..per).map(move |s| s * k + c)).collect();
+        let values = order.iter().flat_map(|&r| values[r * p..(r + 1) * p].iter().copied()).collect();
+        let lp = order.iter().map(|&r| lp[r]).collect();
+        Self::new(names, values, lp, k, weights)
+    }
+
+    /// The draws of a posteriordb model from unconstrained `draws` `[rows, dim]` (a fit's
+    /// `FitResult::draws`), with their weights and MCMC chain count (`FitResult::chains`):
+    /// the reported quantities under Stan's names, and `lp__` from the model's log density.
+    pub fn of_posterior(
+        model: &PosteriorDbModel,
+        draws: Tensor<2>,
+        weights: Option<Tensor<1>>,
+        chains: Option<usize>,
+    ) -> Result<Self, CmdStanError> {
+        let lp = model.log_prob(draws.clone(), None);
+        Self::from_tensors(model.param_names(), model.reported(draws), lp, weights, chains)
+    }
+
+    /// The quantities' names in Stan's style (`theta[1]`).
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// Number of draws (rows).
+    pub fn rows(&self) -> usize {
+        self.lp.len()
+    }
+
+    /// Number of chains (1 for a particle set).
+    pub fn chains(&self) -> usize {
+        self.chains
+    }
+
+    /// Draws per chain.
+    pub fn draws_per_chain(&self) -> usize {
+        self.rows() / self.chains
+    }
+
+    /// Row-major `[rows, names().len()]`.
+    pub fn values(&self) -> &[f64] {
+        &self.values
+    }
+
+    /// The log density of each draw (`lp__`).
+    pub fn lp(&self) -> &[f64] {
+        &self.lp
+    }
+
+    /// A weighted particle set's weights (as given, not normalised).
+    pub fn weights(&self) -> Option<&[f64]> {
+        self.weights.as_deref()
+    }
+
+    /// Every draw of quantity `name`, in Stan's (`theta[1]`) or CmdStan's (`theta.1`) naming;
+    /// `lp__` gives the log densities.
+    pub fn column(&self, name: &str) -> Option<Vec<f64>> {
+        if name == "lp__" {
+            return Some(self.lp.clone());
+        }
+        let j = self.names.iter().position(|n| n == name || cmdstan_name(n) == name)?;
+        let p = self.names.len();
+        Some((0..self.rows()).map(|r| self.values[r * p + j]).collect())
+    }
+
+    /// The same number of unweighted draws, by systematic resampling of a weighted set with a
+    /// uniform offset from `seed` (each draw is copied `floor(n w_i)` or one more times, the
+    /// lowest-variance unbiased scheme: Kitagawa 1996); unweighted draws come back unchanged.
+    pub fn resampled(&self, seed: u64) -> Draws {
+        let Some(w) = &self.weights else { return self.clone() };
+        let n = w.len();
+        let total: f64 = w.iter().sum();
+        let mut rng = chacha20::ChaCha8Rng::seed_from_u64(seed);
+        let offset: f64 = rng.random::<f64>();
+        let p = self.names.len();
+        let (mut values, mut lp) = (Vec::with_capacity(self.values.len()), Vec::with_capacity(n));
+        let mut cumulative = 0.0;
+        let mut i = 0;
+        for k in 0..n {
+            // The k-th pointer at (k + u) / n of the total weight.
+            let target = (k as f64 + offset) / n as f64 * total;
+            while i + 1 < n && cumulative + w[i] <= target {
+                cumulative += w[i];
+                i += 1;
+            }
+            values.extend_from_slice(&self.values[i * p..(i + 1) * p]);
+            lp.push(self.lp[i]);
+        }
+        Draws { names: self.names.clone(), values, lp, chains: 1, weights: None }
+    }
+
+    /// The draws as a CmdStan CSV file (weighted sets resampled with `run.seed`; see the
+    /// module's docs).
+    pub fn to_csv(&self, run: &RunInfo) -> String {
+        let draws = self.resampled(run.seed);
+        let mut out = String::new();
+        let mut line = |indent: usize, text: &str| {
+            let _ = writeln!(out, "# {}{text}", "  ".repeat(indent));
+        };
+        line(0, &format!("model = {}", run.model));
+        if let Some(p) = &run.posterior {
+            line(0, &format!("posterior = {p}"));
+        }
+        line(0, "method = sample");
+        line(1, "sample");
+        // One file holds every chain: to a reader it is one chain of all the rows.
+        line(2, &format!("num_samples = {}", draws.rows()));
+        // The iterations before the saved draws (cmdstanpy refuses 0 with adaptation on).
+        line(2, &format!("num_warmup = {}", run.steps.max(1)));
+        line(2, "save_warmup = false");
+        line(2, "thin = 1");
+        line(2, &format!("algorithm = {}", run.method));
+        line(2, "num_chains = 1");
+        line(0, "parvi");
+        line(1, &format!("parvi_version = {}", env!("CARGO_PKG_VERSION")));
+        line(1, &format!("engine = {}", run.method));
+        for (key, value) in &run.settings {
+            line(1, &format!("{key} = {value}"));
+        }
+        line(1, &format!("draws_are = {}", run.draws_are));
+        line(1, &format!("parvi_chains = {}", draws.chains));
+        line(1, &format!("parvi_draws_per_chain = {}", draws.draws_per_chain()));
+        if let Some(w) = &self.weights {
+            let total: f64 = w.iter().sum();
+            let ess = total * total / w.iter().map(|v| v * v).sum::<f64>();
+            line(1, "resampling");
+            line(2, "scheme = systematic");
+            line(2, &format!("resampling_seed = {}", run.seed));
+            line(2, &format!("weighted_particles = {}", w.len()));
+            line(2, &format!("weights_ess = {ess:.1}"));
+        }
+        line(0, "id = 1");
+        line(0, "data");
+        line(1, &format!("file = {}", run.data_file.as_deref().unwrap_or("")));
+        line(0, "random");
+        line(1, &format!("seed = {}", run.seed));
+        line(0, "output");
+        line(1, "file = draws.csv");
+        // The header and the rows, in CmdStan's column order.
+        let order = cmdstan_order(&draws.names);
+        let header: Vec<String> =
+            std::iter::once("lp__".to_string()).chain(order.iter().map(|&j| cmdstan_name(&draws.names[j]))).collect();
+        out.push_str(&header.join(","));
+        out.push('\n');
+        let p = draws.names.len();
+        for (r, &lp) in draws.lp.iter().enumerate() {
+            out.push_str(&number(lp));
+            for &j in &order {
+                out.push(',');
+                out.push_str(&number(draws.values[r * p + j]));
+            }
+            out.push('\n');
+        }
+        // CmdStan's timing block ends the draws (readers count the draws up to it).
+        out.push_str("# \n");
+        let _ = writeln!(out, "#  Elapsed Time: {:.3} seconds (Warm-up)", run.warmup_seconds);
+        let _ = writeln!(out, "#                {:.3} seconds (Sampling)", run.sampling_seconds);
+        let _ = writeln!(out, "#                {:.3} seconds (Total)", run.warmup_seconds + run.sampling_seconds);
+        out.push_str("# \n");
+        for w in &run.warnings {
+            let _ = writeln!(out, "# warning: {}", w.replace('\n', " "));
+        }
+        out
+    }
+
+    /// Writes [`Draws::to_csv`] to `path` atomically (a temporary file beside it, renamed into
+    /// place: an interrupted write leaves no partial file under the name).
+    pub fn write_csv(&self, path: &Path, run: &RunInfo) -> Result<(), CmdStanError> {
+        write_atomic(path, self.to_csv(run).as_bytes())
+    }
+}
+
+/// What the comment lines of a draws file say about the run.
+#[derive(Clone, Debug, Default)]
+pub struct RunInfo {
+    /// The model's name (posteriordb's `model_name`, or a built-in target's).
+    pub model: String,
+    /// The posterior's name, for a posteriordb posterior.
+    pub posterior: Option<String>,
+    /// The parvi method (`svgd`, `sgld`, ...), written as CmdStan's `algorithm`.
+    pub method: String,
+    /// The run's settings (particles, steps, preconditioner, backend, engine options), written
+    /// as `key = value` lines of the `parvi` block.
+    pub settings: Vec<(String, String)>,
+    /// The engine's steps, written as CmdStan's `num_warmup`: the iterations that led to the
+    /// saved draws, none of them saved.
+    pub steps: usize,
+    /// What the draws are (`final particles`, `MCMC draws`, `polish-step MALA draws`).
+    pub draws_are: String,
+    /// The run's seed (also the resampling seed of a weighted set).
+    pub seed: u64,
+    /// The data file, if any.
+    pub data_file: Option<String>,
+    /// Seconds of preconditioning (CmdStan's warm-up line).
+    pub warmup_seconds: f64,
+    /// Seconds of the engine's run.
+    pub sampling_seconds: f64,
+    /// The run's warnings, written as comment lines after the timing block.
+    pub warnings: Vec<String>,
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same folder, renamed into place.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CmdStanError> {
+    let io = |error| CmdStanError::Io { action: "write", path: path.to_path_buf(), error };
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    // Hidden and marked as temporary (`.draws.csv.tmp-*`), as the run loop's checkpoints are.
+    let name = path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let mut tmp = tempfile::Builder::new().prefix(&format!(".{name}.tmp-")).tempfile_in(dir).map_err(io)?;
+    std::io::Write::write_all(&mut tmp, bytes).map_err(io)?;
+    tmp.as_file().sync_all().map_err(io)?;
+    tmp.persist(path).map_err(|e| io(e.error))?;
+    Ok(())
+}
+
+/// A number as CmdStan writes it: `nan`, `inf`, `-inf`, else the shortest text that reads back
+/// to the same value (to the same `f32` for a value that is one, as parvi's draws are).
+fn number(v: f64) -> String {
+    if v.is_nan() {
+        "nan".into()
+    } else if v.is_infinite() {
+        if v > 0.0 { "inf".into() } else { "-inf".into() }
+    } else if f64::from(v as f32) == v {
+        format!("{}", v as f32)
+    } else {
+        format!("{v}")
+    }
+}
+
+/// Stan's name (`theta`, `theta[1]`, `a[1,2]`) in CmdStan's CSV naming (`theta`, `theta.1`,
+/// `a.1.2`).
+pub fn cmdstan_name(stan: &str) -> String {
+    match stan.split_once('[') {
+        Some((base, rest)) => {
+            let index = rest.trim_end_matches(']');
+            let parts: Vec<&str> = index.split(',').map(str::trim).collect();
+            format!("{base}.{}", parts.join("."))
+        }
+        None => stan.to_string(),
+    }
+}
+
+/// CmdStan's CSV name (`a.1.2`) in Stan's naming (`a[1,2]`).
+pub fn stan_name(cmdstan: &str) -> String {
+    let mut parts = cmdstan.split('.');
+    let base = parts.next().unwrap_or_default();
+    let index: Vec<&str> = parts.collect();
+    if index.is_empty() { base.to_string() } else { format!("{base}[{}]", index.join(",")) }
+}
+
+/// The base name and 1-based indices of a Stan name (`a[1,2]` -> `a`, `[1, 2]`); `None` for
+/// indices that are not numbers.
+fn indices(stan: &str) -> (String, Option<Vec<usize>>) {
+    match stan.split_once('[') {
+        Some((base, rest)) => {
+            let parsed: Result<Vec<usize>, _> =
+                rest.trim_end_matches(']').split(',').map(|s| s.trim().parse::<usize>()).collect();
+            (base.to_string(), parsed.ok())
+        }
+        None => (stan.to_string(), Some(Vec::new())),
+    }
+}
+
+/// The order CmdStan writes `names` in: each run of one variable's elements (given row-major, as
+/// Stan's names list them) column-major, the first index varying fastest (`a.1.1, a.2.1, a.1.2,
+/// ...`); variables keep their order.
+pub fn cmdstan_order(names: &[String]) -> Vec<usize> {
+    let parsed: Vec<(String, Option<Vec<usize>>)> = names.iter().map(|n| indices(n)).collect();
+    let mut order = Vec::with_capacity(names.len());
+    let mut start = 0;
+    while start < names.len() {
+        let (base, idx) = &parsed[start];
+        let rank = idx.as_ref().map(Vec::len);
+        let mut end = start + 1;
+        while end < names.len() && &parsed[end].0 == base && parsed[end].1.as_ref().map(Vec::len) == rank {
+            end += 1;
+        }
+        let mut run: Vec<usize> = (start..end).collect();
+        if rank.is_some_and(|r| r > 1) {
+            // Column-major: compare the indices from the last to the first.
+            run.sort_by(|&a, &b| {
+                let (ia, ib) = (parsed[a].1.as_deref().unwrap_or(&[]), parsed[b].1.as_deref().unwrap_or(&[]));
+                ia.iter().rev().cmp(ib.iter().rev())
+            });
+        }
+        order.extend(run);
+        start = end;
+    }
+    order
+}
+
+/// A CmdStan CSV file read back by CmdStan's rules: every line starting with `#` is a comment
+/// (wherever it stands), the first other line is the header, every later non-empty line a draw
+/// with one number per column (`nan`, `inf` and `-inf` included).
+#[derive(Clone, Debug, PartialEq)]
+pub struct StanCsv {
+    /// The comment lines, without the leading `#` and one space.
+    pub comments: Vec<String>,
+    /// The header's column names, as written (`lp__`, `theta.1`).
+    pub header: Vec<String>,
+    /// The draws, one row per line.
+    pub rows: Vec<Vec<f64>>,
+}
+
+impl StanCsv {
+    /// Parses CmdStan CSV text.
+    pub fn parse(text: &str) -> Result<Self, CmdStanError> {
+        let mut comments = Vec::new();
+        let mut header: Option<Vec<String>> = None;
+        let mut rows = Vec::new();
+        for (i, raw) in text.lines().enumerate() {
+            let line = raw.trim_end_matches('\r');
+            if let Some(c) = line.strip_prefix('#') {
+                comments.push(c.strip_prefix(' ').unwrap_or(c).to_string());
+                continue;
+            }
+            let error = |reason: String| CmdStanError::Parse { line: i + 1, reason };
+            match &header {
+                None => {
+                    let names: Vec<String> = line.split(',').map(|s| s.trim().to_string()).collect();
+                    if let Some(bad) = names.iter().find(|n| n.is_empty()) {
+                        return Err(error(format!("empty column name in the header `{bad}{line}`")));
+                    }
+                    header = Some(names);
+                }
+                Some(names) => {
+                    if line.trim().is_empty() {
+                        continue;
+                    }
+                    let fields: Vec<&str> = line.split(',').collect();
+                    if fields.len() != names.len() {
+                        return Err(error(format!("{} fields, the header has {}", fields.len(), names.len())));
+                    }
+                    let row = fields
+                        .iter()
+                        .zip(names)
+                        .map(|(f, name)| {
+                            f.trim()
+                                .parse::<f64>()
+                                .map_err(|_| error(format!("column `{name}`: `{f}` is not a number")))
+                        })
+                        .collect::<Result<Vec<f64>, _>>()?;
+                    rows.push(row);
+                }
+            }
+        }
+        let header = header.ok_or(CmdStanError::Parse { line: 0, reason: "no header line".into() })?;
+        Ok(Self { comments, header, rows })
+    }
+
+    /// Reads and parses the file at `path`.
+    pub fn read(path: &Path) -> Result<Self, CmdStanError> {
+        let text = std::fs::read_to_string(path).map_err(|error| CmdStanError::Io {
+            action: "read",
+            path: path.to_path_buf(),
+            error,
+        })?;
+        Self::parse(&text)
+    }
+
+    /// The value of the first comment line `key = value` (CmdStan's `(Default)` mark dropped).
+    pub fn config(&self, key: &str) -> Option<&str> {
+        self.comments.iter().find_map(|c| {
+            let (k, v) = c.split_once('=')?;
+            (k.trim() == key).then(|| v.trim().trim_end_matches("(Default)").trim())
+        })
+    }
+
+    /// Every draw of column `name` (CmdStan's `theta.1` or Stan's `theta[1]`).
+    pub fn column(&self, name: &str) -> Option<Vec<f64>> {
+        let j = self.header.iter().position(|h| h == name || stan_name(h) == name)?;
+        Some(self.rows.iter().map(|r| r[j]).collect())
+    }
+}
+
+/// The draws of a built-in target (`x[1]`, ..., `x[d]`, no constraints) from its draws in its
+/// own coordinates, the log density from `model`.
+pub fn builtin_draws(
+    model: &dyn LogDensity,
+    draws: Tensor<2>,
+    weights: Option<Tensor<1>>,
+    chains: Option<usize>,
+) -> Result<Draws, CmdStanError> {
+    let d = draws.dims()[1];
+    let names = (1..=d).map(|i| format!("x[{i}]")).collect();
+    let lp = model.log_prob(draws.clone(), None);
+    Draws::from_tensors(names, draws, lp, weights, chains)
+}
