@@ -87,7 +87,7 @@ impl Draws {
         if values.len() != rows * names.len() {
             return shape(format!("{} values do not fill {rows} draws of {} quantities", values.len(), names.len()));
         }
-        if rows == 0 || chains == 0 || rows % chains != 0 {
+        if rows == 0 || chains == 0 || !rows.is_multiple_of(chains) {
             return shape(format!("{rows} draws do not split into {chains} equal chains"));
         }
         if let Some(w) = &weights {

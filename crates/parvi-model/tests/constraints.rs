@@ -10,6 +10,9 @@ use parvi_model::{BackendKind, Constraint, ModelError, ParamLayout, value_and_gr
 use rand::SeedableRng;
 use rand_distr::{Distribution, StandardNormal};
 
+/// An f64 constraint map: values and log-Jacobian.
+type ExactMap = Box<dyn Fn(&[f64]) -> (Vec<f64>, f64)>;
+
 fn flex() -> Device {
     BackendKind::Flex.device().unwrap()
 }
@@ -133,7 +136,7 @@ fn cholesky_cov_f64(x: &[f64], m: usize, n: usize) -> (Vec<f64>, f64) {
 struct Case {
     name: &'static str,
     layout: ParamLayout,
-    exact: Box<dyn Fn(&[f64]) -> (Vec<f64>, f64)>,
+    exact: ExactMap,
     square: Vec<usize>,
     free: usize,
     size: usize,
@@ -145,7 +148,7 @@ fn cases() -> Vec<Case> {
     let mut out = Vec::new();
     let mut push = |name: &'static str,
                     layout: Result<ParamLayout, ModelError>,
-                    exact: Box<dyn Fn(&[f64]) -> (Vec<f64>, f64)>,
+                    exact: ExactMap,
                     square: Vec<usize>,
                     scale: f64| {
         let layout = layout.unwrap();

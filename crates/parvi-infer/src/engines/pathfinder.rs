@@ -818,8 +818,8 @@ pub fn pathfinder(
     let chosen: Vec<&PathReport> = reports.iter().filter(|r| r.weight >= MIN_PATH_WEIGHT).collect();
     for (a, ra) in chosen.iter().enumerate() {
         for rb in &chosen[a + 1..] {
-            for j in 0..d {
-                let gap = (ra.mean[j] - rb.mean[j]).abs() / sd[j];
+            for ((a_j, b_j), sd_j) in ra.mean.iter().zip(&rb.mean).zip(&sd) {
+                let gap = (a_j - b_j).abs() / sd_j;
                 disagreement = if gap.is_nan() { f64::NAN } else { disagreement.max(gap) };
             }
         }
