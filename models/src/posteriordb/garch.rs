@@ -4,43 +4,42 @@
 //! `(0, 1 - alpha1)`.
 //!
 //! `beta1`'s upper bound depends on `alpha1`, which a [`ParamLayout`] block (whose constraint is
-//! fixed) cannot express, so the transform is applied here as Stan applies it: the block
-//! `beta1_frac` is in `(0, 1)` (logistic, with its log-Jacobian from the layout) and `beta1 =
-//! (1 - alpha1) beta1_frac`, which adds `log(1 - alpha1)` to the log-Jacobian.
+//! fixed) cannot express, so the model applies Stan's transform itself: the block `beta1_frac`
+//! is in `(0, 1)` (logistic, its log-Jacobian from the layout) and `beta1 = (1 - alpha1)
+//! beta1_frac`, Stan's `lub_constrain(u, 0, 1 - alpha1)`, whose log-Jacobian has the extra
+//! term `log(1 - alpha1)`. `beta1` is reported as a transformed parameter under Stan's name.
 //!
 //! The variance recursion is a linear recurrence with a constant coefficient, `s[t] = u[t] +
-//! beta1 s[t-1]`, so it is computed for all time points at once by a parallel prefix scan in
-//! `ceil(log2 T)` rounds (8 for `T = 200`) of whole-row tensor operations, not `T` sequential
-//! steps. The recursion couples all time points, so the data are not minibatched.
+//! beta1 s[t-1]`, so it is computed for all time points at once by a parallel prefix scan
+//! ([`linear_recurrence`]) in `ceil(log2 T)` rounds (8 for `T = 200`) of whole-row tensor
+//! operations, not `T` sequential steps of one autodiff node each. The recursion couples all
+//! time points, so the data are not minibatched.
 
 use burn::tensor::{Device, Tensor};
+use parvi_model::dist::{LogProb, Normal};
+use parvi_model::program::{Program, Target, Vars};
 use parvi_model::tensor_ops::matrix_from_vec;
-use parvi_model::{LogDensity, Minibatch, ParamLayout};
+use parvi_model::{ModelError, ParamLayout};
 
+use super::PosteriorDbError;
 use super::data::Data;
-use super::{PosteriorDbError, Target};
-
-const NAME: &str = "garch-garch11";
-const LN_2PI: f64 = 1.837_877_066_409_345_3;
-
-/// `mu`, `alpha0`, `alpha1`, `beta1`.
-pub(super) fn param_names() -> Vec<String> {
-    ["mu", "alpha0", "alpha1", "beta1"].map(String::from).to_vec()
-}
 
 /// The model with the series on the device.
 #[derive(Debug)]
 pub(super) struct Garch {
     /// `[1, T]`
     y: Tensor<2>,
-    /// `sigma1^2`.
-    sigma1_sq: f64,
-    steps: usize,
-    layout: ParamLayout,
+    /// `y[t-1]` at time `t > 1`, and `y[1]` (masked out by `later`) at `t = 1`: `[1, T]`.
+    y_prev: Tensor<2>,
+    /// 0 at `t = 1`, 1 after: the recursion's terms start at `t = 2`. `[1, T]`
+    later: Tensor<2>,
+    /// `sigma1^2` at `t = 1`, 0 after. `[1, T]`
+    first: Tensor<2>,
 }
 
 impl Garch {
-    /// Reads `T`, `y` and `sigma1` (`<lower=0>`, and non-zero: it is the first normal scale).
+    /// Reads `T` (at least 1), `y` and `sigma1` (`<lower=0>`, and non-zero: it is the first
+    /// normal scale).
     pub(super) fn new(data: &Data, device: &Device) -> Result<Self, PosteriorDbError> {
         let steps = data.size("T", 0)?;
         if steps == 0 {
@@ -50,70 +49,53 @@ impl Garch {
         let sigma1 = data.real("sigma1")?;
         data.check_bounds("sigma1", &[sigma1], Some(0.0), None)?;
         data.check_positive("sigma1", &[sigma1], "it is the scale of the first observation")?;
-        let layout = ParamLayout::new()
-            .real("mu", &[])
-            .and_then(|l| l.positive("alpha0", &[]))
-            .and_then(|l| l.interval("alpha1", &[], 0.0, 1.0))
-            .and_then(|l| l.interval("beta1_frac", &[], 0.0, 1.0))
-            .map_err(super::model_error(NAME))?;
-        let y = matrix_from_vec(y.iter().map(|&v| v as f32).collect(), 1, steps, device);
-        Ok(Self { y, sigma1_sq: sigma1 * sigma1, steps, layout })
+        let row = |v: Vec<f64>| matrix_from_vec(v.into_iter().map(|x| x as f32).collect(), 1, steps, device);
+        let at_first = |value: f64, rest: f64| (0..steps).map(|t| if t == 0 { value } else { rest }).collect();
+        Ok(Self {
+            y_prev: row((0..steps).map(|t| y[t.saturating_sub(1)]).collect()),
+            y: row(y),
+            later: row(at_first(0.0, 1.0)),
+            first: row(at_first(sigma1 * sigma1, 0.0)),
+        })
+    }
+}
+
+impl Program for Garch {
+    fn parameters(&self) -> Result<ParamLayout, ModelError> {
+        let layout = ParamLayout::new().real("mu", &[])?.positive("alpha0", &[])?;
+        layout.bounded("alpha1", &[], 0.0, 1.0)?.bounded("beta1_frac", &[], 0.0, 1.0)
     }
 
-    /// `[mu, alpha0, alpha1, beta1]`, each `[n, 1]`, and the log-Jacobian `[n]` including
-    /// `log(1 - alpha1)` for `beta1`'s bound.
-    fn parts(&self, particles: Tensor<2>) -> ([Tensor<2>; 4], Tensor<1>) {
-        let n = particles.dims()[0];
-        let p = self.layout.unpack(particles);
-        let get = |name: &str| p.flat(name).expect("layout block");
-        let (mu, alpha0, alpha1) = (get("mu"), get("alpha0"), get("alpha1"));
+    fn model(&self, p: &Vars, target: &mut Target) -> Result<(), ModelError> {
+        let (mu, alpha0, alpha1) = (p.get("mu")?, p.get("alpha0")?, p.get("alpha1")?);
+        // beta1 <lower=0, upper=1 - alpha1>: the bound's log-Jacobian log(1 - alpha1).
         let one_minus_alpha1 = alpha1.clone().neg().add_scalar(1.0);
-        let beta1 = get("beta1_frac") * one_minus_alpha1.clone();
-        let log_jacobian = p.log_jacobian.clone() + one_minus_alpha1.log().reshape([n]);
-        ([mu, alpha0, alpha1, beta1], log_jacobian)
+        let beta1 = p.transformed("beta1", p.get("beta1_frac")? * one_minus_alpha1.clone());
+        *target += one_minus_alpha1.log();
+        // sigma[t]^2 = u[t] + beta1 sigma[t-1]^2, u[1] = sigma1^2, u[t] = alpha0 + alpha1 (y[t-1] - mu)^2.
+        let u = (alpha1 * (self.y_prev.clone() - mu.clone()).square() + alpha0) * self.later.clone();
+        let sigma = linear_recurrence(u + self.first.clone(), beta1).sqrt();
+        *target += Normal::new(mu, sigma)?.log_prob(self.y.clone());
+        Ok(())
     }
 }
 
-impl LogDensity for Garch {
-    fn dim(&self) -> usize {
-        self.layout.dim()
+/// `s[t] = u[t] + a s[t-1]` (`s[0] = u[0]`) along axis 1 of `u` `[n, T]`, with one coefficient
+/// per row `a` `[n, 1]`: `s[t] = sum_j a^j u[t-j]`.
+///
+/// Hillis & Steele's inclusive scan (1986): after the round with shift `d`, `s[t]` holds the
+/// terms `j < 2d`, and the coefficient of the next round is `a^(2d)`. `ceil(log2 T)` rounds of
+/// whole-row operations, each a few autodiff nodes; every partial sum has positive terms for the
+/// GARCH variance (`u >= 0`, `a` in `(0, 1)`), so nothing cancels.
+fn linear_recurrence(u: Tensor<2>, a: Tensor<2>) -> Tensor<2> {
+    let [n, t] = u.dims();
+    let (mut s, mut power) = (u, a);
+    let mut shift = 1;
+    while shift < t {
+        let lagged = Tensor::cat(vec![Tensor::zeros([n, shift], &s.device()), s.clone().narrow(1, 0, t - shift)], 1);
+        s = s + lagged * power.clone();
+        power = power.square();
+        shift *= 2;
     }
-
-    fn log_prob(&self, particles: Tensor<2>, _batch: Option<&Minibatch>) -> Tensor<1> {
-        let n = particles.dims()[0];
-        let t = self.steps;
-        let ([mu, alpha0, alpha1, beta1], log_jacobian) = self.parts(particles);
-        let sq_dev = (self.y.clone() - mu).square(); // [n, T]: (y[t] - mu)^2
-        // u[1] = sigma1^2, u[t] = alpha0 + alpha1 (y[t-1] - mu)^2: s[t] = sum_j beta1^j u[t-j].
-        let first = alpha0.zeros_like().add_scalar(self.sigma1_sq);
-        let mut var = if t == 1 {
-            first
-        } else {
-            Tensor::cat(vec![first, alpha1 * sq_dev.clone().narrow(1, 0, t - 1) + alpha0], 1)
-        };
-        // Hillis-Steele scan: after the round with shift d, var[t] sums the terms j < 2d.
-        let mut power = beta1; // beta1^d
-        let mut shift = 1;
-        while shift < t {
-            let zeros = Tensor::zeros([n, shift], &var.device());
-            let lagged = Tensor::cat(vec![zeros, var.clone().narrow(1, 0, t - shift)], 1);
-            var = var + lagged * power.clone();
-            power = power.square();
-            shift *= 2;
-        }
-        // sum_t log N(y[t] | mu, sqrt(var[t])).
-        let lik = (var.clone().log() + sq_dev / var).sum_dim(1).mul_scalar(-0.5).sub_scalar(0.5 * LN_2PI * t as f64);
-        lik.reshape([n]) + log_jacobian
-    }
-}
-
-impl Target for Garch {
-    fn layout(&self) -> &ParamLayout {
-        &self.layout
-    }
-
-    fn reported(&self, particles: Tensor<2>) -> Tensor<2> {
-        let (parts, _) = self.parts(particles);
-        Tensor::cat(parts.to_vec(), 1)
-    }
+    s
 }

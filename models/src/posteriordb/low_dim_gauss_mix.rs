@@ -5,79 +5,52 @@
 
 use burn::tensor::{Device, Tensor};
 use parvi_model::dist::{Beta, LogProb, Normal, log_mix};
+use parvi_model::program::{Program, Target, Vars};
 use parvi_model::tensor_ops::matrix_from_vec;
-use parvi_model::{LogDensity, Minibatch, ParamLayout};
+use parvi_model::{Minibatch, ModelError, ParamLayout};
 
+use super::PosteriorDbError;
 use super::data::Data;
-use super::{PosteriorDbError, Target};
-
-const NAME: &str = "low_dim_gauss_mix-low_dim_gauss_mix";
-
-/// `mu[1]`, `mu[2]`, `sigma[1]`, `sigma[2]`, `theta`.
-pub(super) fn param_names() -> Vec<String> {
-    ["mu[1]", "mu[2]", "sigma[1]", "sigma[2]", "theta"].map(String::from).to_vec()
-}
 
 /// The model with the observations on the device.
 #[derive(Debug)]
 pub(super) struct GaussMix {
-    /// `[N, 1]`
+    /// `[N, 1]`: one observation a row, the rows a minibatch selects.
     y: Tensor<2>,
-    rows: usize,
-    layout: ParamLayout,
 }
 
 impl GaussMix {
-    /// Reads `N` and `y`.
+    /// Reads `N` (at least 1) and `y`.
     pub(super) fn new(data: &Data, device: &Device) -> Result<Self, PosteriorDbError> {
         let rows = data.size("N", 0)?;
         if rows == 0 {
             return Err(data.invalid("N", "must be at least 1: the likelihood needs an observation"));
         }
         let y = data.reals("y", rows, "N")?;
-        let layout = ParamLayout::new()
-            .ordered("mu", 2)
-            .and_then(|l| l.positive("sigma", &[2]))
-            .and_then(|l| l.interval("theta", &[], 0.0, 1.0))
-            .map_err(super::model_error(NAME))?;
-        let y = matrix_from_vec(y.iter().map(|&v| v as f32).collect(), rows, 1, device);
-        Ok(Self { y, rows, layout })
+        Ok(Self { y: matrix_from_vec(y.iter().map(|&v| v as f32).collect(), rows, 1, device) })
     }
 }
 
-impl LogDensity for GaussMix {
-    fn dim(&self) -> usize {
-        self.layout.dim()
+impl Program for GaussMix {
+    fn parameters(&self) -> Result<ParamLayout, ModelError> {
+        ParamLayout::new().ordered("mu", 2)?.positive("sigma", &[2])?.bounded("theta", &[], 0.0, 1.0)
+    }
+
+    fn model(&self, p: &Vars, target: &mut Target) -> Result<(), ModelError> {
+        let (mu, sigma, theta) = (p.get("mu")?, p.get("sigma")?, p.get("theta")?);
+        *target += Normal::new(0.0, 2.0)?.log_prob(sigma.clone());
+        *target += Normal::new(0.0, 2.0)?.log_prob(mu.clone());
+        *target += Beta::new(5.0, 5.0)?.log_prob(theta.clone());
+        // The observations of this minibatch as a row `[1, B]`, against `[n, 1]` parameters.
+        let (y, scale) = Minibatch::select(p.batch(), self.y.clone());
+        let lp1 =
+            Normal::new(mu.clone().narrow(1, 0, 1), sigma.clone().narrow(1, 0, 1))?.log_prob(y.clone().transpose());
+        let lp2 = Normal::new(mu.narrow(1, 1, 1), sigma.narrow(1, 1, 1))?.log_prob(y.transpose());
+        *target += log_mix(theta, lp1, lp2).mul_scalar(scale);
+        Ok(())
     }
 
     fn data_len(&self) -> Option<usize> {
-        Some(self.rows)
-    }
-
-    fn log_prob(&self, particles: Tensor<2>, batch: Option<&Minibatch>) -> Tensor<1> {
-        let n = particles.dims()[0];
-        let p = self.layout.unpack(particles);
-        let mu = p.flat("mu").expect("layout block"); // [n, 2]
-        let sigma = p.flat("sigma").expect("layout block"); // [n, 2]
-        let theta = p.flat("theta").expect("layout block"); // [n, 1]
-        let prior_2 = Normal::new(0.0, 2.0).expect("constant parameters");
-        let prior = prior_2.log_prob_sum(sigma.clone(), 1)
-            + prior_2.log_prob_sum(mu.clone(), 1)
-            + LogProb::<2>::log_prob(&Beta::new(5.0, 5.0).expect("constant parameters"), theta.clone());
-        // Components for every (row, particle): [B, n].
-        let (y, scale) = Minibatch::select(batch, self.y.clone());
-        let component = |k: usize| {
-            let loc = mu.clone().narrow(1, k, 1).transpose(); // [1, n]
-            let sd = sigma.clone().narrow(1, k, 1).transpose();
-            Normal::new(loc, sd).expect("tensor parameters").log_prob(y.clone())
-        };
-        let lik = log_mix(theta.transpose(), component(0), component(1)).sum_dim(0).mul_scalar(scale); // [1, n]
-        prior.reshape([n]) + lik.reshape([n]) + p.log_jacobian
-    }
-}
-
-impl Target for GaussMix {
-    fn layout(&self) -> &ParamLayout {
-        &self.layout
+        Some(self.y.dims()[0])
     }
 }

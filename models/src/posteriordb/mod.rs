@@ -12,7 +12,6 @@
 
 pub mod compare;
 mod data;
-mod linear;
 mod reference;
 
 mod accel_gp;
@@ -318,8 +317,61 @@ fn load_model(
 /// A built model and its reported names.
 type Built = (Box<dyn Target>, Vec<String>);
 
-fn built<T: Target + 'static>(target: T, names: Vec<String>) -> Result<Built, PosteriorDbError> {
-    Ok((Box::new(target), names))
+/// A model whose build on this device departs from its Stan program (gp_pois_regr without
+/// `f64`), saying how; otherwise the model itself.
+struct Deviating {
+    target: Box<dyn Target>,
+    deviation: &'static str,
+}
+
+impl Deviating {
+    /// `target`, reporting `deviation` if there is one.
+    fn wrap(target: Box<dyn Target>, deviation: Option<&'static str>) -> Box<dyn Target> {
+        match deviation {
+            Some(deviation) => Box::new(Self { target, deviation }),
+            None => target,
+        }
+    }
+}
+
+impl LogDensity for Deviating {
+    fn dim(&self) -> usize {
+        self.target.dim()
+    }
+
+    fn data_len(&self) -> Option<usize> {
+        self.target.data_len()
+    }
+
+    fn log_prob(&self, particles: Tensor<2>, batch: Option<&Minibatch>) -> Tensor<1> {
+        self.target.log_prob(particles, batch)
+    }
+
+    fn take_error(&self) -> Option<ModelError> {
+        self.target.take_error()
+    }
+}
+
+impl Target for Deviating {
+    fn layout(&self) -> &ParamLayout {
+        self.target.layout()
+    }
+
+    fn reported(&self, particles: Tensor<2>) -> Tensor<2> {
+        self.target.reported(particles)
+    }
+
+    fn reported_dim(&self) -> usize {
+        self.target.reported_dim()
+    }
+
+    fn deviation(&self) -> Option<&'static str> {
+        Some(self.deviation)
+    }
+
+    fn check(&self) -> Result<(), ModelError> {
+        self.target.check()
+    }
 }
 
 /// A model written as a [`Program`]: compiled (which runs it once) and named by its layout.
@@ -333,12 +385,16 @@ fn program<P: Program + 'static>(name: &str, program: P, device: &Device) -> Res
 fn build(name: &str, model: &str, data: &Data, device: &Device) -> Result<Built, PosteriorDbError> {
     let (target, names) = match model {
         "eight_schools_noncentered" => program(name, eight_schools::EightSchools::new(data, device)?, device),
-        "blr" => built(sblrc::new(data, device)?, sblrc::param_names(data)?),
-        "arK" => built(ark::new(data, device)?, ark::param_names(data)?),
-        "garch11" => built(garch::Garch::new(data, device)?, garch::param_names()),
-        "low_dim_gauss_mix" => built(low_dim_gauss_mix::GaussMix::new(data, device)?, low_dim_gauss_mix::param_names()),
-        "gp_pois_regr" => built(gp_pois_regr::GpPoisson::new(data, device)?, gp_pois_regr::param_names(data)?),
-        "diamonds" => built(diamonds::Diamonds::new(data, device)?, diamonds::param_names(data)?),
+        "blr" => program(name, sblrc::Blr::new(data, device)?, device),
+        "arK" => program(name, ark::Ark::new(data, device)?, device),
+        "garch11" => program(name, garch::Garch::new(data, device)?, device),
+        "low_dim_gauss_mix" => program(name, low_dim_gauss_mix::GaussMix::new(data, device)?, device),
+        "gp_pois_regr" => {
+            let gp = gp_pois_regr::GpPoisson::new(data, device)?;
+            let deviation = gp.deviation();
+            program(name, gp, device).map(|(target, names)| (Deviating::wrap(target, deviation), names))
+        }
+        "diamonds" => program(name, diamonds::Diamonds::new(data, device)?, device),
         "earn_height"
         | "logearn_height_male"
         | "logearn_interaction"
@@ -495,11 +551,6 @@ impl<P: Program> Target for Compiled<P> {
     fn reported_dim(&self) -> usize {
         self.names().len()
     }
-}
-
-/// `name[1]`, ..., `name[len]`: Stan's names for the elements of a vector.
-fn indexed(name: &str, len: usize) -> impl Iterator<Item = String> + '_ {
-    (1..=len).map(move |i| format!("{name}[{i}]"))
 }
 
 /// A layout error as a [`PosteriorDbError`] of posterior `name`.
