@@ -23,11 +23,11 @@ mod scaling;
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
     /// ms per step (median of repeats after warm-up) on fixed workloads.
-    Speed(SpeedArgs),
+    Speed(Box<SpeedArgs>),
     /// BNN posteriors on the standard UCI splits: test RMSE and log-likelihood, mean +- s.e.
-    Uci(super::uci::UciArgs),
+    Uci(Box<super::uci::UciArgs>),
     /// The posteriordb suite: every engine's defaults and NUTS against the reference draws.
-    Posteriordb(super::posteriordb::PosteriorDbArgs),
+    Posteriordb(Box<super::posteriordb::PosteriorDbArgs>),
 }
 
 #[derive(Args, Debug)]
@@ -96,9 +96,9 @@ const BATCH: usize = 100;
 
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
-        BenchCommand::Speed(args) => speed(args),
-        BenchCommand::Uci(args) => super::uci::run(args),
-        BenchCommand::Posteriordb(args) => super::posteriordb::run(args),
+        BenchCommand::Speed(args) => speed(*args),
+        BenchCommand::Uci(args) => super::uci::run(*args),
+        BenchCommand::Posteriordb(args) => super::posteriordb::run(*args),
     }
 }
 

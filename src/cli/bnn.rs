@@ -270,9 +270,8 @@ fn run_with(args: BnnArgs, group: Group) -> Result<()> {
             &device,
             &feature_names[0],
             &summary.protocol.method,
-            truth,
             // The toy's plot spans the outside grid of `epistemic_sd.outside` too.
-            toy.then_some((-6.0, 6.0)),
+            ToyOverlay { truth, span: toy.then_some((-6.0, 6.0)) },
             &args.out.join("bnn_predictive.svg"),
         )?;
         wrote.push("bnn_predictive.svg");
@@ -334,6 +333,12 @@ fn run_with(args: BnnArgs, group: Group) -> Result<()> {
     Ok(())
 }
 
+/// What the main plot adds on the built-in toy: the true function and the span of its grid.
+struct ToyOverlay {
+    truth: Option<fn(f64) -> f64>,
+    span: Option<(f64, f64)>,
+}
+
 /// The predictive over a grid spanning the inputs: mean, the total 90% interval (the mixture's
 /// 5% and 95% quantiles) and the epistemic band (mean +- 1.645 sd of the particles' means).
 fn plot_bands(
@@ -342,10 +347,10 @@ fn plot_bands(
     device: &burn::tensor::Device,
     feature: &str,
     method: &str,
-    truth: Option<fn(f64) -> f64>,
-    span: Option<(f64, f64)>,
+    overlay: ToyOverlay,
     path: &std::path::Path,
 ) -> Result<()> {
+    let ToyOverlay { truth, span } = overlay;
     let to_x = |v: f64| v * data.norm.x_std[0] + data.norm.x_mean[0];
     let from_x = |v: f64| (v - data.norm.x_mean[0]) / data.norm.x_std[0];
     let xs: Vec<f64> = data.x_train.iter().chain(&data.x_dev).chain(&data.x_test).copied().collect();
