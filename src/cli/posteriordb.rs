@@ -155,6 +155,7 @@ pub fn run(args: PosteriorDbArgs) -> Result<()> {
         "posterior", "method", "max|err|", "mean|err|", "max|sd-1|", "energy", "seconds", "evals"
     );
     let mut rows = Vec::new();
+    let mut unloaded = Vec::new();
     for (name, folder) in posteriors {
         // A posterior whose model is unknown, or whose data or reference do not fit it, is a
         // failed row naming the cause; the other posteriors still run.
@@ -166,6 +167,7 @@ pub fn run(args: PosteriorDbArgs) -> Result<()> {
             Err(e) => {
                 println!("{name:<42} {:<17} failed: {e:#}", "-");
                 rows.push(PosteriorDbRow::failed(&name, "-", &e));
+                unloaded.push(name);
                 continue;
             }
         };
@@ -197,6 +199,15 @@ pub fn run(args: PosteriorDbArgs) -> Result<()> {
     }
     if let Some(path) = &args.json {
         write_atomic(path, &serde_json::to_vec_pretty(&rows)?)?;
+    }
+    // The others ran and their rows are printed (and written); the exit status still says that
+    // some posteriors could not be run, each cause being in its row above.
+    if !unloaded.is_empty() {
+        bail!(
+            "{} of the posteriors could not be loaded (see their rows above): {}",
+            unloaded.len(),
+            unloaded.join(", ")
+        );
     }
     Ok(())
 }
