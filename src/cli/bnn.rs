@@ -38,6 +38,11 @@ pub struct BnnArgs {
     /// Fraction of the CSV's rows held out for testing (a seeded shuffle, `--seed`).
     #[arg(long, default_value_t = 0.1)]
     pub test_fraction: f64,
+    /// With `--csv`: your own held-out rows instead of a random fraction, a CSV file with the
+    /// training file's feature and target columns (matched by name; other columns ignored).
+    /// Normalisation comes from the training file's rows alone.
+    #[arg(long, value_name = "FILE", requires = "csv", conflicts_with = "test_fraction")]
+    pub test_csv: Option<PathBuf>,
     /// Drop CSV rows with a missing value in a used column instead of refusing the file.
     #[arg(long)]
     pub drop_missing: bool,
@@ -83,6 +88,7 @@ impl Default for BnnArgs {
             target: None,
             features: None,
             test_fraction: 0.1,
+            test_csv: None,
             drop_missing: false,
             task: "regression".into(),
             save_posterior: None,
@@ -100,7 +106,15 @@ impl Default for BnnArgs {
 #[derive(Serialize)]
 struct BnnSummary {
     dataset: String,
-    split: usize,
+    /// The standard split of a UCI data set (or 0 on the toy); absent for `--csv`, whose test
+    /// rows `held_out` describes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    split: Option<usize>,
+    /// Where the test rows came from: `split 3`, `seed 1, 10% held out`, or `test file B.csv`.
+    held_out: String,
+    /// `--test-csv`: the test file's path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    test_csv: Option<PathBuf>,
     backend: String,
     protocol: BnnProtocol,
     /// Rows used for training and testing, and the CSV rows dropped for missing values.
@@ -178,10 +192,22 @@ fn run_with(args: BnnArgs, group: Group) -> Result<()> {
                 classes: None,
             };
             let table = parvi_data::read_table(path, &spec)?;
-            let (names, dropped) = (table.feature_names.clone(), table.dropped.len());
+            let (names, mut dropped) = (table.feature_names.clone(), table.dropped.len());
             let (target, classes) = (table.target_name.clone(), table.class_names.clone());
             let name = path.file_stem().map_or("table".into(), |s| s.to_string_lossy().into_owned());
-            (table.into_dataset(&name, args.test_fraction, args.protocol.seed)?, names, target, classes, dropped)
+            let ds = match &args.test_csv {
+                Some(test_path) => {
+                    // The test file's columns are matched by name against the training file's.
+                    let test = parvi_data::read_table(
+                        test_path,
+                        &parvi_data::TableSpec::for_test_of(&table, args.drop_missing),
+                    )?;
+                    dropped += test.dropped.len();
+                    table.into_dataset_with_test(test, &name, args.protocol.seed)?
+                }
+                None => table.into_dataset(&name, args.test_fraction, args.protocol.seed)?,
+            };
+            (ds, names, target, classes, dropped)
         }
         (None, None) => {
             (parvi_data::synthetic::toy_regression(args.protocol.seed), vec!["x".to_string()], None, None, 0)
@@ -192,21 +218,22 @@ fn run_with(args: BnnArgs, group: Group) -> Result<()> {
         None => BnnTask::Regression,
     };
     let split = if args.csv.is_some() { 0 } else { args.split };
+    // What the messages and the summary call the test rows.
+    let held_out = match (&args.csv, &args.test_csv) {
+        (Some(_), Some(test)) => format!("test file {}", test.display()),
+        (Some(_), None) => format!("seed {}, {}% held out", args.protocol.seed, percent(args.test_fraction)),
+        (None, _) => format!("split {split}"),
+    };
     let data = prepare(&ds, split, if toy { DevSplit::None } else { DevSplit::Reference })?;
     if args.csv.is_some() && lead {
         println!(
-            "{}: {} rows for training ({} of them the development set), {} for testing{}; features {}",
+            "{}: {} rows for training ({} of them the development set), {} for testing ({held_out}){}; features {}",
             ds.name,
             data.n_train() + data.n_dev(),
             data.n_dev(),
             data.n_test(),
             if dropped > 0 { format!(", {dropped} dropped for missing values") } else { String::new() },
-            feature_names
-                .iter()
-                .zip(data.norm.x_mean.iter().zip(&data.norm.x_std))
-                .map(|(f, (m, s))| format!("{f} (mean {m:.4}, sd {s:.4})"))
-                .collect::<Vec<_>>()
-                .join(", ")
+            feature_list(&feature_names, &data.norm)
         );
     }
     let protocol = BnnProtocol {
@@ -217,7 +244,7 @@ fn run_with(args: BnnArgs, group: Group) -> Result<()> {
                 every: usize::try_from(every).unwrap_or(usize::MAX),
             }),
             resume: args.resume.clone(),
-            source: format!("{} split {split}", ds.name),
+            source: format!("{} {held_out}", ds.name),
         },
         ..args.protocol.protocol(&ds.name, toy)?
     };
@@ -235,7 +262,9 @@ fn run_with(args: BnnArgs, group: Group) -> Result<()> {
     };
     let summary = BnnSummary {
         dataset: ds.name.clone(),
-        split,
+        split: args.csv.is_none().then_some(split),
+        held_out: held_out.clone(),
+        test_csv: args.test_csv.clone(),
         rows: RowCounts {
             train: data.n_train(),
             development: data.n_dev(),
@@ -320,10 +349,9 @@ fn run_with(args: BnnArgs, group: Group) -> Result<()> {
         None => String::new(),
     };
     println!(
-        "BNN ({}) on {} split {}: {scores}, {:.2} s ({:.3} ms/step{ranks}); wrote {} in {}{}",
+        "BNN ({}) on {} ({held_out}): {scores}, {:.2} s ({:.3} ms/step{ranks}); wrote {} in {}{}",
         summary.protocol.method,
         ds.name,
-        split,
         fit.seconds,
         summary.ms_per_step,
         wrote.join(", "),
@@ -331,6 +359,32 @@ fn run_with(args: BnnArgs, group: Group) -> Result<()> {
         args.save_posterior.as_ref().map_or(String::new(), |p| format!("; saved the posterior to {}", p.display()))
     );
     Ok(())
+}
+
+/// A fraction as a percentage with at most two decimals and no trailing zeros: `0.1` is `10`
+/// (not `10.000000000000002`), `0.125` is `12.5`.
+fn percent(fraction: f64) -> String {
+    let text = format!("{:.2}", 100.0 * fraction);
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// Features printed in full at the start of a run; past this many, the first few and a count
+/// (64 pixel columns made a 4,000-character line). `bnn_summary.json` keeps the full list.
+const FEATURES_PRINTED: usize = 10;
+
+/// The feature columns with their training mean and sd, abbreviated past [`FEATURES_PRINTED`].
+fn feature_list(names: &[String], norm: &parvi_data::Normalizer) -> String {
+    let shown = if names.len() > FEATURES_PRINTED { 5 } else { names.len() };
+    let mut list: Vec<String> = names
+        .iter()
+        .zip(norm.x_mean.iter().zip(&norm.x_std))
+        .take(shown)
+        .map(|(f, (m, s))| format!("{f} (mean {m:.4}, sd {s:.4})"))
+        .collect();
+    if names.len() > shown {
+        list.push(format!("... and {} more (all in bnn_summary.json)", names.len() - shown));
+    }
+    list.join(", ")
 }
 
 /// What the main plot adds on the built-in toy: the true function and the span of its grid.

@@ -38,6 +38,19 @@ impl TableSpec {
     pub fn new(target: impl Into<String>, task: Task) -> Self {
         Self { target: Some(target.into()), features: None, task, drop_missing: false, classes: None }
     }
+
+    /// The spec that reads a held-out test table for `train`: the same feature columns in the
+    /// same order, the same target and class names (columns are matched by name; any other
+    /// column is ignored, and a missing one is refused naming the file and the column).
+    pub fn for_test_of(train: &UserTable, drop_missing: bool) -> Self {
+        Self {
+            target: train.target_name.clone(),
+            features: Some(train.feature_names.clone()),
+            task: if train.class_names.is_some() { Task::Classification } else { Task::Regression },
+            drop_missing,
+            classes: train.class_names.clone(),
+        }
+    }
 }
 
 /// A table read by [`read_table`].
@@ -101,6 +114,58 @@ impl UserTable {
             x: self.x,
             y: self.y,
             splits,
+        })
+    }
+
+    /// A [`Dataset`] trained on this table's rows and tested on `test`'s: the user's own
+    /// held-out file instead of a random fraction. `test` must have been read with this table's
+    /// feature columns, in this order, its target and (classification) its class names, as
+    /// [`TableSpec::for_test_of`] asks. The training rows are shuffled with `seed`, so the
+    /// development rows that `prepare` holds out of them are a seeded random tenth, as with a
+    /// random test fraction; normalisation then comes from the training rows alone.
+    pub fn into_dataset_with_test(self, test: UserTable, name: &str, seed: u64) -> Result<Dataset, DataError> {
+        let invalid = |message: String| DataError::Invalid { dataset: name.to_string(), message };
+        if self.y.len() != self.rows() || test.y.len() != test.rows() || test.rows() == 0 {
+            return Err(invalid(format!(
+                "{} and {} both need the target column `{}` and at least one row",
+                self.path.display(),
+                test.path.display(),
+                self.target_name.as_deref().unwrap_or_default()
+            )));
+        }
+        if test.feature_names != self.feature_names || test.target_name != self.target_name {
+            return Err(invalid(format!(
+                "{}: its columns ({}; target {:?}) are not the training table's ({}; target {:?})",
+                test.path.display(),
+                test.feature_names.join(", "),
+                test.target_name,
+                self.feature_names.join(", "),
+                self.target_name
+            )));
+        }
+        if test.class_names != self.class_names {
+            return Err(invalid(format!(
+                "{}: its classes {:?} are not the training table's {:?}",
+                test.path.display(),
+                test.class_names,
+                self.class_names
+            )));
+        }
+        let task = if self.class_names.is_some() { Task::Classification } else { Task::Regression };
+        let (n_train, n_test) = (self.rows(), test.rows());
+        let train = shuffle_splits_seeded(n_train, seed, 0.0).train;
+        let split = crate::dataset::Split { train, test: (n_train..n_train + n_test).collect() };
+        let (mut x, mut y) = (self.x, self.y);
+        x.extend(test.x);
+        y.extend(test.y);
+        Ok(Dataset {
+            name: name.to_string(),
+            task,
+            features: self.feature_names.len(),
+            rows: n_train + n_test,
+            x,
+            y,
+            splits: vec![split],
         })
     }
 }
