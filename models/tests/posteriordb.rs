@@ -7,58 +7,17 @@
 //! pass, unless `PARVI_REQUIRE_POSTERIORDB=1`.
 
 use std::f64::consts::PI;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use parvi_model::burn::tensor::{Device, Int, Tensor, TensorData};
+use parvi_model::burn::tensor::{Int, Tensor, TensorData};
 use parvi_model::dist::{Cauchy, LogProb, Poisson, StudentT, ln_gamma, ln_gamma_tensor, log_mix};
 use parvi_model::tensor_ops::to_vec_f32;
 use parvi_model::{BackendKind, LogDensity, Minibatch, ParamLayout, score};
 use parvi_models::posteriordb::{self, NAMES, PosteriorDbError, ReferenceDraws};
 use serde_json::Value;
 
-// ---------------------------------------------------------------------------------------------
-// Finding the suite.
-
-fn suite_dir() -> Option<PathBuf> {
-    let mut candidates = Vec::new();
-    if let Ok(dir) = std::env::var("PARVI_POSTERIORDB_DIR") {
-        candidates.push(PathBuf::from(dir));
-    } else {
-        if let Ok(dir) = std::env::var("PARVI_DATA_DIR") {
-            candidates.push(Path::new(&dir).join("..").join("posteriordb"));
-        }
-        candidates.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/posteriordb"));
-    }
-    candidates.into_iter().find(|d| d.join(NAMES[0]).join("data.json").is_file())
-}
-
-/// The suite folder, or `None` after a skip note (a failure when the suite is required).
-fn suite(test: &str) -> Option<PathBuf> {
-    let dir = suite_dir();
-    if dir.is_none() {
-        assert!(
-            std::env::var("PARVI_REQUIRE_POSTERIORDB").as_deref() != Ok("1"),
-            "{test}: PARVI_REQUIRE_POSTERIORDB=1 but no posteriordb suite was found (set PARVI_POSTERIORDB_DIR)"
-        );
-        eprintln!("{test}: skipped, no posteriordb suite (set PARVI_POSTERIORDB_DIR to run it)");
-    }
-    dir
-}
-
-fn flex() -> Device {
-    BackendKind::Flex.device().unwrap()
-}
-
-fn matrix(rows: &[Vec<f64>], device: &Device) -> Tensor<2> {
-    let cols = rows[0].len();
-    let flat: Vec<f32> = rows.iter().flatten().map(|&v| v as f32).collect();
-    Tensor::from_data(TensorData::new(flat, [rows.len(), cols]), device)
-}
-
-fn host_rows(t: &Tensor<2>) -> Vec<Vec<f64>> {
-    let cols = t.dims()[1];
-    to_vec_f32(t).chunks(cols).map(|r| r.iter().map(|&v| f64::from(v)).collect()).collect()
-}
+mod common;
+use common::{flex, host_rows, matrix, suite};
 
 // ---------------------------------------------------------------------------------------------
 // The Stan programs in plain f64 loops. Every summed term goes through `Acc`, which also sums the

@@ -12,73 +12,21 @@
 //! unless `PARVI_REQUIRE_POSTERIORDB=1`.
 
 use std::f64::consts::PI;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use parvi_model::burn::tensor::{Device, Tensor, TensorData};
+use parvi_model::burn::tensor::Device;
 use parvi_model::tensor_ops::to_vec_f32;
-use parvi_model::{BackendKind, LogDensity, score};
+use parvi_model::{LogDensity, score};
 use parvi_models::posteriordb::{self, PosteriorDbModel};
 use serde_json::Value;
 
-/// The posteriors this file checks.
-const NEW: [&str; 12] = [
-    "earnings-earn_height",
-    "earnings-logearn_height_male",
-    "kidiq-kidscore_interaction",
-    "kidiq_with_mom_work-kidscore_mom_work",
-    "mesquite-logmesquite_logvash",
-    "mesquite-mesquite",
-    "nes1972-nes",
-    "gp_pois_regr-gp_regr",
-    "hmm_example-hmm_example",
-    "bball_drive_event_0-hmm_drive_0",
-    "hudson_lynx_hare-lotka_volterra",
-    "mcycle_gp-accel_gp",
-];
-
-// ---------------------------------------------------------------------------------------------
-// Finding the suite (as models/tests/posteriordb.rs does).
-
-fn suite_dir() -> Option<PathBuf> {
-    let mut candidates = Vec::new();
-    if let Ok(dir) = std::env::var("PARVI_POSTERIORDB_DIR") {
-        candidates.push(PathBuf::from(dir));
-    } else {
-        if let Ok(dir) = std::env::var("PARVI_DATA_DIR") {
-            candidates.push(Path::new(&dir).join("..").join("posteriordb"));
-        }
-        candidates.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/posteriordb"));
-    }
-    candidates.into_iter().find(|d| d.join(NEW[0]).join("data.json").is_file())
+/// The posteriors this file checks: the suite's twelve after the first ten.
+fn new_posteriors() -> &'static [&'static str] {
+    &posteriordb::NAMES[10..]
 }
 
-/// The suite folder, or `None` after a skip note (a failure when the suite is required).
-fn suite(test: &str) -> Option<PathBuf> {
-    let dir = suite_dir();
-    if dir.is_none() {
-        assert!(
-            std::env::var("PARVI_REQUIRE_POSTERIORDB").as_deref() != Ok("1"),
-            "{test}: PARVI_REQUIRE_POSTERIORDB=1 but no posteriordb suite was found (set PARVI_POSTERIORDB_DIR)"
-        );
-        eprintln!("{test}: skipped, no posteriordb suite (set PARVI_POSTERIORDB_DIR to run it)");
-    }
-    dir
-}
-
-fn flex() -> Device {
-    BackendKind::Flex.device().unwrap()
-}
-
-fn matrix(rows: &[Vec<f64>], device: &Device) -> Tensor<2> {
-    let cols = rows[0].len();
-    let flat: Vec<f32> = rows.iter().flatten().map(|&v| v as f32).collect();
-    Tensor::from_data(TensorData::new(flat, [rows.len(), cols]), device)
-}
-
-fn host_rows(t: &Tensor<2>) -> Vec<Vec<f64>> {
-    let cols = t.dims()[1];
-    to_vec_f32(t).chunks(cols).map(|r| r.iter().map(|&v| f64::from(v)).collect()).collect()
-}
+mod common;
+use common::{flex, host_rows, matrix, suite};
 
 /// A point as the f32 model sees it, back in f64.
 fn as_f32(p: &[f64]) -> Vec<f64> {
@@ -864,7 +812,7 @@ fn log_densities_match_the_stan_programs() {
     let Some(dir) = suite("log_densities_match_the_stan_programs") else { return };
     let device = flex();
     let mut failures = Vec::new();
-    for name in NEW {
+    for &name in new_posteriors() {
         let model = load(name, &dir, &device);
         assert!(model.deviation().is_none(), "{name}: {:?}", model.deviation());
         let direct = Direct::new(&dir, name);
@@ -941,7 +889,7 @@ fn scores_match_finite_differences() {
     let Some(dir) = suite("scores_match_finite_differences") else { return };
     let device = flex();
     let mut failures = Vec::new();
-    for name in NEW {
+    for &name in new_posteriors() {
         let model = load(name, &dir, &device);
         let direct = Direct::new(&dir, name);
         let (typical, spread) = typical_points(&dir, &direct);

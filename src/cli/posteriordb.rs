@@ -240,11 +240,7 @@ impl Reference {
     fn compare(&self, reported: &[f64], width: usize, weights: Option<&[f64]>) -> Result<Comparison> {
         Ok(match self {
             Reference::Draws(r) => compare(r.values(), &r.select(reported, width), r.params(), weights)?,
-            Reference::Moments(r) => {
-                let selected: Vec<f64> =
-                    reported.chunks_exact(width.max(1)).flat_map(|row| r.columns().iter().map(|&j| row[j])).collect();
-                compare_moments(r.mean(), r.sd(), &selected, weights)?
-            }
+            Reference::Moments(r) => compare_moments(r.mean(), r.sd(), &r.select(reported, width), weights)?,
         })
     }
 }

@@ -303,87 +303,28 @@ fn load_model(
     folder: &Path,
     device: &Device,
 ) -> Result<PosteriorDbModel, PosteriorDbError> {
-    let (target, names) = build(name, model, data, device)?;
-    debug_assert_eq!(names.len(), target.reported_dim());
+    let (target, deviation) = build(name, model, data, device)?;
     Ok(PosteriorDbModel {
         name: name.to_string(),
         model: model.to_string(),
         folder: folder.to_path_buf(),
         target,
-        names,
+        deviation,
     })
 }
 
-/// A built model and its reported names.
-type Built = (Box<dyn Target>, Vec<String>);
+/// A compiled model, and how its build on this device departs from the Stan program (gp_pois_regr
+/// without `f64`), if it does.
+type Built = (Box<dyn Target>, Option<&'static str>);
 
-/// A model whose build on this device departs from its Stan program (gp_pois_regr without
-/// `f64`), saying how; otherwise the model itself.
-struct Deviating {
-    target: Box<dyn Target>,
-    deviation: &'static str,
-}
-
-impl Deviating {
-    /// `target`, reporting `deviation` if there is one.
-    fn wrap(target: Box<dyn Target>, deviation: Option<&'static str>) -> Box<dyn Target> {
-        match deviation {
-            Some(deviation) => Box::new(Self { target, deviation }),
-            None => target,
-        }
-    }
-}
-
-impl LogDensity for Deviating {
-    fn dim(&self) -> usize {
-        self.target.dim()
-    }
-
-    fn data_len(&self) -> Option<usize> {
-        self.target.data_len()
-    }
-
-    fn log_prob(&self, particles: Tensor<2>, batch: Option<&Minibatch>) -> Tensor<1> {
-        self.target.log_prob(particles, batch)
-    }
-
-    fn take_error(&self) -> Option<ModelError> {
-        self.target.take_error()
-    }
-}
-
-impl Target for Deviating {
-    fn layout(&self) -> &ParamLayout {
-        self.target.layout()
-    }
-
-    fn reported(&self, particles: Tensor<2>) -> Tensor<2> {
-        self.target.reported(particles)
-    }
-
-    fn reported_dim(&self) -> usize {
-        self.target.reported_dim()
-    }
-
-    fn deviation(&self) -> Option<&'static str> {
-        Some(self.deviation)
-    }
-
-    fn check(&self) -> Result<(), ModelError> {
-        self.target.check()
-    }
-}
-
-/// A model written as a [`Program`]: compiled (which runs it once) and named by its layout.
+/// A model written as a [`Program`]: compiled, which runs it once.
 fn program<P: Program + 'static>(name: &str, program: P, device: &Device) -> Result<Built, PosteriorDbError> {
-    let compiled = Compiled::new(program, device).map_err(model_error(name))?;
-    let names = compiled.names().to_vec();
-    Ok((Box::new(compiled), names))
+    Ok((Box::new(Compiled::new(program, device).map_err(model_error(name))?), None))
 }
 
-/// Model `model` on `data` (posterior `name` in errors), with its reported names.
+/// Model `model` on `data` (posterior `name` in errors).
 fn build(name: &str, model: &str, data: &Data, device: &Device) -> Result<Built, PosteriorDbError> {
-    let (target, names) = match model {
+    match model {
         "eight_schools_noncentered" => program(name, eight_schools::EightSchools::new(data, device)?, device),
         "blr" => program(name, sblrc::Blr::new(data, device)?, device),
         "arK" => program(name, ark::Ark::new(data, device)?, device),
@@ -392,7 +333,7 @@ fn build(name: &str, model: &str, data: &Data, device: &Device) -> Result<Built,
         "gp_pois_regr" => {
             let gp = gp_pois_regr::GpPoisson::new(data, device)?;
             let deviation = gp.deviation();
-            program(name, gp, device).map(|(target, names)| (Deviating::wrap(target, deviation), names))
+            program(name, gp, device).map(|(target, _)| (target, deviation))
         }
         "diamonds" => program(name, diamonds::Diamonds::new(data, device)?, device),
         "earn_height"
@@ -415,39 +356,20 @@ fn build(name: &str, model: &str, data: &Data, device: &Device) -> Result<Built,
             model: model.to_string(),
             known: MODELS.join(", "),
         }),
-    }?;
-    target.check().map_err(model_error(name))?;
-    Ok((target, names))
+    }
 }
 
-/// What each posterior's module provides beyond its log density.
+/// A compiled posteriordb model as a trait object: its log density, layout and reported
+/// quantities (implemented by [`Compiled`] for every model's [`Program`]).
 trait Target: LogDensity {
     /// The blocks of the unconstrained particle, in Stan's parameter order.
     fn layout(&self) -> &ParamLayout;
 
-    /// Unconstrained particles `[n, dim]` to the reported quantities `[n, p]`.
-    fn reported(&self, particles: Tensor<2>) -> Tensor<2> {
-        self.layout().constrain(particles)
-    }
+    /// Stan's names of the reported quantities.
+    fn names(&self) -> &[String];
 
-    /// Number of reported quantities.
-    fn reported_dim(&self) -> usize {
-        self.layout().constrained_dim()
-    }
-
-    /// How this build of the model departs from the Stan program, if it does.
-    fn deviation(&self) -> Option<&'static str> {
-        None
-    }
-
-    /// A consistency check run once after construction.
-    fn check(&self) -> Result<(), ModelError> {
-        if self.dim() == self.layout().dim() {
-            Ok(())
-        } else {
-            Err(ModelError::DimensionMismatch { expected: self.layout().dim(), got: self.dim() })
-        }
-    }
+    /// Unconstrained particles `[n, dim]` to the reported quantities `[n, names().len()]`.
+    fn reported(&self, particles: Tensor<2>) -> Tensor<2>;
 }
 
 /// A loaded posterior: its model as a [`LogDensity`] on unconstrained particles, its layout, and
@@ -457,7 +379,7 @@ pub struct PosteriorDbModel {
     model: String,
     folder: PathBuf,
     target: Box<dyn Target>,
-    names: Vec<String>,
+    deviation: Option<&'static str>,
 }
 
 impl std::fmt::Debug for PosteriorDbModel {
@@ -497,7 +419,7 @@ impl PosteriorDbModel {
     /// The reported quantities' names in Stan's naming and order (`theta[1]`, ..., `mu`, `tau`):
     /// the reference draws hold these, or a subset of them.
     pub fn param_names(&self) -> Vec<String> {
-        self.names.clone()
+        self.target.names().to_vec()
     }
 
     /// Unconstrained particles `[n, dim]` to the reported quantities `[n, p]`, in
@@ -509,7 +431,7 @@ impl PosteriorDbModel {
     /// How this build departs from the Stan program, if it does (gp_pois_regr on a device
     /// without `f64`); `None` when the log density is the Stan program's.
     pub fn deviation(&self) -> Option<&'static str> {
-        self.target.deviation()
+        self.deviation
     }
 
     /// The model as a trait object.
@@ -545,11 +467,12 @@ impl<P: Program> Target for Compiled<P> {
         let [n, _] = particles.dims();
         let device = particles.device();
         // As `log_prob`: a failure that depends on the particles gives NaN rows, not a panic.
-        Compiled::reported(self, particles).unwrap_or_else(|_| Tensor::full([n, self.names().len()], f32::NAN, &device))
+        Compiled::reported(self, particles)
+            .unwrap_or_else(|_| Tensor::full([n, Compiled::names(self).len()], f32::NAN, &device))
     }
 
-    fn reported_dim(&self) -> usize {
-        self.names().len()
+    fn names(&self) -> &[String] {
+        Compiled::names(self)
     }
 }
 

@@ -129,7 +129,7 @@ impl ReferenceDraws {
     /// The reference's columns of a row-major `[rows, width]` matrix of the model's reported
     /// quantities.
     pub fn select(&self, reported: &[f64], width: usize) -> Vec<f64> {
-        reported.chunks_exact(width.max(1)).flat_map(|row| self.columns.iter().map(|&j| row[j])).collect()
+        select_columns(reported, width, &self.columns)
     }
 
     /// Column names, in the model's reported order.
@@ -252,6 +252,12 @@ impl ReferenceMoments {
         &self.columns
     }
 
+    /// The reference's columns of a row-major `[rows, width]` matrix of the model's reported
+    /// quantities.
+    pub fn select(&self, reported: &[f64], width: usize) -> Vec<f64> {
+        select_columns(reported, width, &self.columns)
+    }
+
     /// The reference mean of every column.
     pub fn mean(&self) -> &[f64] {
         &self.mean
@@ -261,4 +267,9 @@ impl ReferenceMoments {
     pub fn sd(&self) -> &[f64] {
         &self.sd
     }
+}
+
+/// `columns` of every row of a row-major `[rows, width]` matrix, row-major.
+fn select_columns(values: &[f64], width: usize, columns: &[usize]) -> Vec<f64> {
+    values.chunks_exact(width.max(1)).flat_map(|row| columns.iter().map(|&j| row[j])).collect()
 }

@@ -157,6 +157,18 @@ pub fn ess(chains: &[Vec<f64>]) -> f64 {
 /// [`ess`] of the `2M` half-chains. Rank normalisation makes it defined for heavy tails and
 /// comparable across coordinates; the split catches chains that drift.
 pub fn bulk_ess(chains: &[Vec<f64>]) -> f64 {
+    ess(&halves(&rank_normalise(chains)))
+}
+
+/// Each chain cut in two halves (the first half drops a middle draw of an odd length).
+pub(crate) fn halves(chains: &[Vec<f64>]) -> Vec<Vec<f64>> {
+    let half = chains[0].len() / 2;
+    chains.iter().flat_map(|c| [c[..half].to_vec(), c[c.len() - half..].to_vec()]).collect()
+}
+
+/// The draws of all chains rank-normalised together: `z = Phi^-1((r - 3/8) / (S + 1/4))`, ties
+/// at their mean rank (1-based; Vehtari et al. 2021, eq. 14).
+pub(crate) fn rank_normalise(chains: &[Vec<f64>]) -> Vec<Vec<f64>> {
     let total: usize = chains.iter().map(Vec::len).sum();
     let mut order: Vec<(f64, usize, usize)> =
         chains.iter().enumerate().flat_map(|(c, v)| v.iter().enumerate().map(move |(t, x)| (*x, c, t))).collect();
@@ -164,7 +176,6 @@ pub fn bulk_ess(chains: &[Vec<f64>]) -> f64 {
     let mut z: Vec<Vec<f64>> = chains.iter().map(|c| vec![0.0; c.len()]).collect();
     let mut i = 0;
     while i < order.len() {
-        // Ties share their mean rank (1-based).
         let mut j = i;
         while j + 1 < order.len() && order[j + 1].0 == order[i].0 {
             j += 1;
@@ -176,29 +187,13 @@ pub fn bulk_ess(chains: &[Vec<f64>]) -> f64 {
         }
         i = j + 1;
     }
-    let half = chains[0].len() / 2;
-    let halves: Vec<Vec<f64>> = z
-        .iter()
-        .flat_map(|c| {
-            let tail = &c[c.len() - half..];
-            [c[..half].to_vec(), tail.to_vec()]
-        })
-        .collect();
-    ess(&halves)
+    z
 }
 
 /// Split R-hat of one coordinate: each chain is cut in halves, and
 /// `R = sqrt(var+ / W)` over the `2M` half-chains. Values near 1 mean the chains agree.
 pub fn split_rhat(chains: &[Vec<f64>]) -> f64 {
-    let half = chains[0].len() / 2;
-    let halves: Vec<Vec<f64>> = chains
-        .iter()
-        .flat_map(|c| {
-            let tail = &c[c.len() - half..];
-            [c[..half].to_vec(), tail.to_vec()]
-        })
-        .collect();
-    let (w, var_plus, _) = variance_parts(&halves);
+    let (w, var_plus, _) = variance_parts(&halves(chains));
     if w > 0.0 {
         (var_plus / w).sqrt()
     } else if var_plus > 0.0 {

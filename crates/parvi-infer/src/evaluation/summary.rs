@@ -11,7 +11,8 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::InferError;
-use crate::evaluation::{bulk_ess, ess, normal_quantile, split_rhat};
+use crate::evaluation::diagnostics::{halves, rank_normalise};
+use crate::evaluation::{bulk_ess, ess, split_rhat};
 
 /// One quantity's line of a [`Summary`]; `None` where the statistic does not apply.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -239,36 +240,6 @@ fn weighted_quantile(x: &[f64], w: &[f64], p: f64) -> f64 {
         }
     }
     x[order[order.len() - 1]]
-}
-
-/// Each chain cut in two halves (the first half drops a middle draw of an odd length).
-fn halves(chains: &[Vec<f64>]) -> Vec<Vec<f64>> {
-    let half = chains[0].len() / 2;
-    chains.iter().flat_map(|c| [c[..half].to_vec(), c[c.len() - half..].to_vec()]).collect()
-}
-
-/// The draws of all chains rank-normalised together: `z = Phi^-1((r - 3/8) / (S + 1/4))`, ties
-/// at their mean rank (Vehtari et al. 2021, eq. 14).
-fn rank_normalise(chains: &[Vec<f64>]) -> Vec<Vec<f64>> {
-    let total: usize = chains.iter().map(Vec::len).sum();
-    let mut order: Vec<(f64, usize, usize)> =
-        chains.iter().enumerate().flat_map(|(c, v)| v.iter().enumerate().map(move |(t, x)| (*x, c, t))).collect();
-    order.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let mut z: Vec<Vec<f64>> = chains.iter().map(|c| vec![0.0; c.len()]).collect();
-    let mut i = 0;
-    while i < order.len() {
-        let mut j = i;
-        while j + 1 < order.len() && order[j + 1].0 == order[i].0 {
-            j += 1;
-        }
-        let rank = (i + j) as f64 / 2.0 + 1.0;
-        let value = normal_quantile((rank - 0.375) / (total as f64 + 0.25));
-        for &(_, c, t) in &order[i..=j] {
-            z[c][t] = value;
-        }
-        i = j + 1;
-    }
-    z
 }
 
 /// Rank-normalised split R-hat: the larger of the rank-normalised draws' split R-hat (location)
