@@ -121,7 +121,7 @@ fn a_sharded_bnn_scores_as_one_process() {
     let Some(mut cmd) = mpirun() else { return };
     let dir = tempfile::tempdir().unwrap();
     let bnn = |out: &Path| -> Vec<String> {
-        ["bnn", "--iters", "30", "--particles", "9", "--seed", "2", "--out"]
+        ["bnn", "--method", "svgd", "--iters", "30", "--particles", "9", "--seed", "2", "--out"]
             .iter()
             .map(|s| s.to_string())
             .chain([out.display().to_string()])

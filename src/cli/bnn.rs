@@ -15,7 +15,8 @@ use parvi_models::BnnTask;
 use parvi_models::predictive::{ClassCalibration, RegressionCalibration, RegressionPredictive};
 
 use super::bnn_run::{
-    BnnFit, BnnProtocol, EpistemicSd, ProtocolArgs, SplitCheckpoint, SplitScore, fit_split, test_mixture,
+    BNN_METHOD, BnnFit, BnnProtocol, DISTRIBUTED_METHOD, EpistemicSd, ProtocolArgs, SplitCheckpoint, SplitScore,
+    fit_split, test_mixture,
 };
 use super::distributed::{Group, communication_ms_per_step, is_lead, launch};
 use super::{plot, write_atomic};
@@ -173,6 +174,7 @@ pub fn run(args: BnnArgs) -> Result<()> {
 /// The run, in this process alone or as one rank of `group`.
 fn run_with(args: BnnArgs, group: Group) -> Result<()> {
     let lead = is_lead(&group);
+    let distributed = args.distributed;
     let device = args.protocol.device()?;
     let toy = args.dataset.is_none() && args.csv.is_none();
     let (ds, feature_names, target, classes, dropped) = match (&args.dataset, &args.csv) {
@@ -246,7 +248,7 @@ fn run_with(args: BnnArgs, group: Group) -> Result<()> {
             resume: args.resume.clone(),
             source: format!("{} {held_out}", ds.name),
         },
-        ..args.protocol.protocol(&ds.name, toy)?
+        ..args.protocol.protocol(&ds.name, toy, if distributed { DISTRIBUTED_METHOD } else { BNN_METHOD })?
     };
     let fit = fit_split(&data, &protocol, task, &device, true, &group)?;
     if !lead {

@@ -25,9 +25,11 @@ use super::method::{engine_spec, method_config, parse_options};
 /// The BNN protocol's flags, shared by `parvi bnn` and `parvi bench uci`.
 #[derive(Args, Debug, Clone)]
 pub struct ProtocolArgs {
-    /// Particle method.
-    #[arg(long, default_value = "svgd")]
-    pub method: String,
+    /// Particle method (or `nuts`) [default: `parvi bnn`: fpovi, function-space particles
+    /// (svgd with `--distributed`, which fpovi does not support); `parvi bench uci`: svgd, the
+    /// reference protocol].
+    #[arg(long)]
+    pub method: Option<String>,
     #[arg(long, default_value_t = 20)]
     pub particles: usize,
     /// Minibatch size.
@@ -71,7 +73,7 @@ pub struct ProtocolArgs {
 impl Default for ProtocolArgs {
     fn default() -> Self {
         Self {
-            method: "svgd".into(),
+            method: None,
             particles: 20,
             batch: 100,
             iters: None,
@@ -89,17 +91,20 @@ impl Default for ProtocolArgs {
 }
 
 impl ProtocolArgs {
-    /// The protocol for `dataset` (its name picks the reference's defaults).
-    pub fn protocol(&self, dataset: &str, toy: bool) -> Result<BnnProtocol> {
+    /// The protocol for `dataset` (its name picks the reference's defaults), with `--method`
+    /// or else `default_method` ([`BNN_METHOD`] for `parvi bnn`, [`UCI_METHOD`] for `parvi
+    /// bench uci`).
+    pub fn protocol(&self, dataset: &str, toy: bool, default_method: &str) -> Result<BnnProtocol> {
         let options = parse_options(&self.opt)?;
+        let method = self.method.clone().unwrap_or_else(|| default_method.to_string());
         // The method and its options are checked here, before any data is read.
-        if self.method == NUTS {
+        if method == NUTS {
             nuts_settings(&options, self.seed)?;
         } else {
-            method_config(&self.method, &options)?;
+            method_config(&method, &options)?;
         }
         Ok(BnnProtocol {
-            method: self.method.clone(),
+            method,
             particles: self.particles,
             batch: self.batch,
             iters: self.iters.unwrap_or_else(|| default_iters(dataset)),
@@ -133,6 +138,17 @@ impl ProtocolArgs {
         Ok(backend.device()?)
     }
 }
+
+/// `parvi bnn`'s method (and the main job's): function-space particles with the Gaussian
+/// estimate of their density (docs/experiments.md, "Uncertainty where the data are not": on the
+/// toy its epistemic sd is NUTS's inside the data and widens past them as NUTS's does, where
+/// weight-space SVGD's is thirteen times too small).
+pub const BNN_METHOD: &str = "fpovi";
+/// `parvi bnn --distributed`'s method when none is named: fpovi's repulsion needs every
+/// particle's outputs, which a sharded step does not gather.
+pub const DISTRIBUTED_METHOD: &str = "svgd";
+/// `parvi bench uci`'s method: Liu & Wang's protocol, whose published table it reproduces.
+pub const UCI_METHOD: &str = "svgd";
 
 /// The iteration budget of the protocol for `dataset` (a registry name). Liu & Wang's code runs
 /// 2000 iterations of minibatch 100 everywhere. Measured over the standard splits, that matches
@@ -408,7 +424,8 @@ pub fn fit_split(
         (None, None) => outcome.particles,
     };
     let report = engine.report();
-    let warnings = parvi_infer::Diagnostics::from_report(engine.name(), &report).warnings;
+    let mut warnings = parvi_infer::Diagnostics::from_report(engine.name(), &report).warnings;
+    warnings.extend(fpovi_particles_warning(protocol));
     let run = RunSummary {
         draws,
         seconds: outcome.seconds,
@@ -418,6 +435,26 @@ pub fn fit_split(
         warnings,
     };
     score_fit(model, particles, run, data, task, device, group)
+}
+
+/// The particle count [`BNN_METHOD`]'s Gaussian repulsion was measured against NUTS at.
+pub const FPOVI_MEASURED_PARTICLES: usize = 20;
+
+/// A warning when `fpovi` with its Gaussian repulsion runs more than
+/// [`FPOVI_MEASURED_PARTICLES`] particles: its estimate of the particles' function-space entropy
+/// acts in the `n - 1` dimensions they span while the weights' prior that holds them in does
+/// not grow with `n`, so their spread grows with their number (on the toy, epistemic sd 1.8 at
+/// 10 particles, 3.4 at 20 as NUTS's, over 100 at 50; docs/experiments.md).
+fn fpovi_particles_warning(protocol: &BnnProtocol) -> Option<String> {
+    let kde = protocol.options.get("repulsion").and_then(toml::Value::as_str) == Some("kde");
+    (protocol.method == "fpovi" && !kde && protocol.particles > FPOVI_MEASURED_PARTICLES).then(|| {
+        format!(
+            "fpovi's Gaussian repulsion spreads its particles more the more there are ({} here); it matches NUTS's \
+             uncertainty at {FPOVI_MEASURED_PARTICLES} and is far too wide at 50 (docs/experiments.md): keep \
+             --particles {FPOVI_MEASURED_PARTICLES}, or use --opt repulsion=kde or --method svgd",
+            protocol.particles
+        )
+    })
 }
 
 /// What a run hands to the scoring: how it went, apart from the particles.

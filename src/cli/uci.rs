@@ -9,7 +9,7 @@ use parvi_data::{DevSplit, Task, prepare};
 use parvi_models::predictive::RegressionCalibration;
 use serde::Serialize;
 
-use super::bnn_run::{BnnProtocol, ProtocolArgs, fit_split};
+use super::bnn_run::{BnnProtocol, ProtocolArgs, UCI_METHOD, fit_split};
 use super::write_atomic;
 
 #[derive(Args, Debug)]
@@ -134,7 +134,7 @@ pub fn run(args: UciArgs) -> Result<()> {
         if ds.task != Task::Regression {
             bail!("data set `{name}` is a {} task; the BNN harness needs regression", ds.task);
         }
-        let protocol = BnnProtocol { eval_every: args.eval_every, ..args.protocol.protocol(&name, false)? };
+        let protocol = BnnProtocol { eval_every: args.eval_every, ..args.protocol.protocol(&name, false, UCI_METHOD)? };
         if !args.gap_only {
             let splits = split_range(&args.splits, ds.splits.len())?;
             results.push(run_splits(&ds, "standard", splits, &protocol, &device)?);

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{flex, host};
-use parvi_infer::engines::{FunctionSpaceConfig, function_space_direction};
+use parvi_infer::engines::{FunctionSpaceConfig, Repulsion, function_space_direction, gaussian_repulsion};
 use parvi_infer::{AdapterConfig, EngineSpec, KernelConfig, MethodConfig, Particles, RunConfig, Runner};
 use parvi_model::density::FunctionMap;
 use parvi_model::layers::Activation;
@@ -99,7 +99,8 @@ fn function_space_push_back_equals_finite_differences() {
     let x = matrix_from_vec(theta.iter().map(|&v| v as f32).collect(), n, dim, &device);
     let (x_plain, points_plain) = (x.clone(), points.clone());
     let map: &dyn FunctionMap = bnn.function_map().unwrap();
-    let step = function_space_direction(&bnn, map, x.clone(), None, points).unwrap();
+    let kde = FunctionSpaceConfig { repulsion: Repulsion::Kde, ..FunctionSpaceConfig::default() };
+    let step = function_space_direction(&bnn, map, x.clone(), None, points, &kde).unwrap();
     let push_back: Vec<f64> =
         host(&(step.direction - score(&bnn, x, None).unwrap().grad)).into_iter().map(f64::from).collect();
 
@@ -119,7 +120,8 @@ fn function_space_push_back_equals_finite_differences() {
     let mut all: Vec<f64> = (0..n).flat_map(|i| (0..n).map(move |j| (i, j))).map(|(i, j)| sq(&f[i], &f[j])).collect();
     all.sort_by(f64::total_cmp);
     let h2 = all[4] / (2.0 * 4f64.ln());
-    assert!((step.h2 - h2).abs() < 1e-4 * h2, "h^2 {} vs {h2}", step.h2);
+    let got_h2 = step.h2.unwrap();
+    assert!((got_h2 - h2).abs() < 1e-4 * h2, "h^2 {got_h2} vs {h2}");
     let rho: Vec<Vec<f64>> = (0..n)
         .map(|i| {
             let k: Vec<f64> = (0..n).map(|j| (-sq(&f[i], &f[j]) / (2.0 * h2)).exp()).collect();
@@ -151,6 +153,42 @@ fn function_space_push_back_equals_finite_differences() {
     }
 }
 
+/// The Gaussian repulsion, computed through the `n x n` Gram matrix, equals
+/// `(S + delta I)^-1 (f_i - f_bar)` formed in `f64` in the `m`-dimensional output space, with
+/// fewer particles than outputs (`S` singular without the ridge) and more.
+#[test]
+fn gaussian_repulsion_is_the_inverse_covariance_times_the_deviation() {
+    let device = flex();
+    for (n, m) in [(4usize, 6usize), (7, 3)] {
+        let f: Vec<f64> = (0..n * m).map(|k| ((k * 37 % 11) as f64 - 5.0) * 0.3 + (k % m) as f64).collect();
+        let ridge = 0.3;
+        let got = host(
+            &gaussian_repulsion(matrix_from_vec(f.iter().map(|&v| v as f32).collect(), n, m, &device), ridge).unwrap(),
+        );
+        let mean: Vec<f64> = (0..m).map(|p| (0..n).map(|i| f[i * m + p]).sum::<f64>() / n as f64).collect();
+        let c: Vec<f64> = (0..n * m).map(|k| f[k] - mean[k % m]).collect();
+        let mut s = vec![0.0; m * m];
+        for p in 0..m {
+            for q in 0..m {
+                s[p * m + q] = (0..n).map(|i| c[i * m + p] * c[i * m + q]).sum::<f64>() / (n - 1) as f64;
+            }
+        }
+        let delta = ridge * (0..m).map(|p| s[p * m + p]).sum::<f64>() / (n - 1).min(m) as f64;
+        let chol = parvi_model::linalg::host::Cholesky::factor(&s, m, delta).unwrap();
+        for i in 0..n {
+            let want = chol.solve(&c[i * m..(i + 1) * m]);
+            for p in 0..m {
+                let g = f64::from(got[i * m + p]);
+                assert!(
+                    (g - want[p]).abs() < 1e-3 * (1.0 + want[p].abs()),
+                    "n {n} m {m} [{i}][{p}]: {g} vs {}",
+                    want[p]
+                );
+            }
+        }
+    }
+}
+
 /// `fpovi` refuses a model that is not a function of inputs, naming itself; bad options are
 /// named.
 #[test]
@@ -164,6 +202,9 @@ fn function_space_needs_a_network_and_checks_its_options() {
     let bad = FunctionSpaceConfig { spread: -1.0, ..FunctionSpaceConfig::default() };
     let spec = EngineSpec::new(MethodConfig::Fpovi(bad), KernelConfig::default(), AdapterConfig::default());
     assert!(spec.build().err().unwrap().to_string().contains("spread"));
+    let bad = FunctionSpaceConfig { ridge: 0.0, ..FunctionSpaceConfig::default() };
+    let spec = EngineSpec::new(MethodConfig::Fpovi(bad), KernelConfig::default(), AdapterConfig::default());
+    assert!(spec.build().err().unwrap().to_string().contains("ridge"));
     let imq = KernelConfig::Imq { c: 1.0, beta: -0.5 };
     for name in ["fpovi", "ensemble"] {
         let spec = EngineSpec::new(MethodConfig::default_for(name).unwrap(), imq.clone(), AdapterConfig::default());
@@ -172,15 +213,21 @@ fn function_space_needs_a_network_and_checks_its_options() {
 }
 
 /// On the tiny network with its 4 rows, function-space particles run with minibatches and stay
-/// finite; their measurement points include draws beyond the data.
+/// finite with either estimate of their density; their measurement points include draws beyond
+/// the data.
 #[test]
 fn function_space_particles_run_on_a_bnn() {
     let device = flex();
     let (bnn, _, theta) = tiny_bnn();
-    let mut e = engine("fpovi", 0.01);
-    let start = Particles::from_rows(theta.iter().map(|&v| v as f32).collect(), 3, 11, &device).unwrap();
-    let config = RunConfig { batch_size: Some(2), ..RunConfig::new(50, 3) };
-    let out = Runner::new(e.as_mut(), &bnn, start, config).unwrap().run(&mut []).unwrap();
-    assert!(host(&out.particles.positions).iter().all(|v| v.is_finite()));
-    assert!(e.report()["last_h2"].as_f64().unwrap() > 0.0);
+    for repulsion in [Repulsion::Gaussian, Repulsion::Kde] {
+        let config = FunctionSpaceConfig { repulsion, ..FunctionSpaceConfig::default() };
+        let spec = EngineSpec::new(MethodConfig::Fpovi(config), KernelConfig::default(), AdapterConfig::sgd(0.01));
+        let mut e = spec.build().unwrap();
+        let start = Particles::from_rows(theta.iter().map(|&v| v as f32).collect(), 3, 11, &device).unwrap();
+        let config = RunConfig { batch_size: Some(2), ..RunConfig::new(50, 3) };
+        let out = Runner::new(e.as_mut(), &bnn, start, config).unwrap().run(&mut []).unwrap();
+        assert!(host(&out.particles.positions).iter().all(|v| v.is_finite()), "{repulsion:?}");
+        // The kernel density reports its bandwidth; the Gaussian has none.
+        assert_eq!(e.report()["last_h2"].as_f64().is_some_and(|h2| h2 > 0.0), repulsion == Repulsion::Kde);
+    }
 }

@@ -15,7 +15,8 @@ mod svgd;
 
 pub use ensemble::{Ensemble, EnsembleConfig};
 pub use function_space::{
-    FunctionSpace, FunctionSpaceConfig, FunctionSpaceStep, function_space_direction, kde_repulsion, measurement_points,
+    FunctionSpace, FunctionSpaceConfig, FunctionSpaceStep, Repulsion, function_space_direction, gaussian_repulsion,
+    kde_repulsion, measurement_points,
 };
 pub use gradient_free::*;
 pub use greedy::*;
