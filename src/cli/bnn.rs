@@ -17,7 +17,8 @@ use parvi_models::predictive::{ClassCalibration, RegressionCalibration, Regressi
 use super::bnn_run::{
     BnnFit, BnnProtocol, EpistemicSd, ProtocolArgs, SplitCheckpoint, SplitScore, fit_split, test_mixture,
 };
-use super::distributed::{Group, communication_ms_per_step, is_lead, launch};
+use super::distributed::{Group, communication_ms_per_step, is_lead, launch, parse_shard};
+use parvi_infer::core::shard::ShardBy;
 use super::{plot, write_atomic};
 
 #[derive(Args, Debug, Clone)]
@@ -75,6 +76,11 @@ pub struct BnnArgs {
     /// and writes.
     #[arg(long)]
     pub distributed: bool,
+    /// With `--distributed`: share the `particles` among the ranks (every rank holds all data
+    /// rows), or the data `rows` (each rank holds its contiguous share of the training rows and
+    /// scores every particle on them; the scores are summed, docs/distributed.md).
+    #[arg(long, default_value = "particles", value_parser = parse_shard)]
+    pub shard: ShardBy,
     /// Output directory.
     #[arg(long, default_value = "out")]
     pub out: PathBuf,
@@ -98,6 +104,7 @@ impl Default for BnnArgs {
             lambda: None,
             protocol: ProtocolArgs::default(),
             distributed: false,
+            shard: ShardBy::Particles,
             out: "out".into(),
         }
     }
@@ -246,6 +253,7 @@ fn run_with(args: BnnArgs, group: Group) -> Result<()> {
             resume: args.resume.clone(),
             source: format!("{} {held_out}", ds.name),
         },
+        shard: args.shard,
         ..args.protocol.protocol(&ds.name, toy)?
     };
     let fit = fit_split(&data, &protocol, task, &device, true, &group)?;
