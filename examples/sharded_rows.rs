@@ -137,14 +137,11 @@ fn run(o: &Options, group: Option<Arc<dyn Collective>>) -> Result<()> {
     let model = LogisticRegression::new(&x, &y, o.features, &device)?;
     drop((x, y));
     let start = Particles::new(model.init(o.particles, o.seed, &device));
-    let spec = EngineSpec::new(MethodConfig::default_for("svgd")?, KernelConfig::default(), AdapterConfig::adagrad(o.lr));
+    let spec =
+        EngineSpec::new(MethodConfig::default_for("svgd")?, KernelConfig::default(), AdapterConfig::adagrad(o.lr));
     let mut engine = spec.build()?;
-    let config = RunConfig {
-        batch_size: o.batch,
-        collective: group.clone(),
-        rows: share,
-        ..RunConfig::new(o.steps, o.seed)
-    };
+    let config =
+        RunConfig { batch_size: o.batch, collective: group.clone(), rows: share, ..RunConfig::new(o.steps, o.seed) };
     let outcome = Runner::new(engine.as_mut(), &model, start, config)?.run(&mut [])?;
     if !is_lead(group.as_deref()) {
         return Ok(());
@@ -152,7 +149,9 @@ fn run(o: &Options, group: Option<Arc<dyn Collective>>) -> Result<()> {
     let dim = outcome.particles.dim();
     let values = to_vec_f32(&outcome.particles.positions);
     let gap = match &o.compare {
-        Some(path) => Some(relative_gap(&read_csv(path)?, &values).with_context(|| format!("comparing with {}", path.display()))?),
+        Some(path) => Some(
+            relative_gap(&read_csv(path)?, &values).with_context(|| format!("comparing with {}", path.display()))?,
+        ),
         None => None,
     };
     if let Some(path) = &o.out {

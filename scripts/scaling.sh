@@ -20,10 +20,12 @@ REPEATS=${REPEATS:-3}
 OUT=${OUT:-out/scaling}
 DATA=${PARVI_DATA_DIR:-../shared/uci}
 ONLY=${ONLY:-all}
+FEATURES=${FEATURES:-mpi}   # wgpu,mpi reuses the test build
+ROW_STEPS=${ROW_STEPS:-10}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 MPIRUN=(mpirun --oversubscribe --bind-to none)
 
-cargo build --release --features mpi --bin parvi --example sharded_rows
+cargo build --release --features "$FEATURES" --bin parvi --example sharded_rows
 TARGET=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 PARVI=$TARGET/release/parvi
 ROWS=$TARGET/release/examples/sharded_rows
@@ -64,14 +66,20 @@ if [[ $ONLY == all || $ONLY == particles ]]; then
 fi
 
 if [[ $ONLY == all || $ONLY == rows ]]; then
+    # flex spreads large tensor operations over every core (rayon): one process alone already
+    # uses the whole machine here. Ranks are compared at one core each (as one core per node);
+    # ROW_THREADS= (empty) compares them with rayon's default instead.
+    export RAYON_NUM_THREADS=${ROW_THREADS-1}
+    [[ -z $RAYON_NUM_THREADS ]] && unset RAYON_NUM_THREADS
     for rep in $(seq "$REPEATS"); do
-        line=$("$ROWS" --rows 1000000 --out "$OUT/rows-plain.csv")
+        line=$("$ROWS" --rows 1000000 --steps "$ROW_STEPS" --out "$OUT/rows-plain.csv")
         rows_line rows plain "$rep" "$line" | tee -a "$RESULTS"
-        line=$("${MPIRUN[@]}" -np 2 "$ROWS" --rows 1000000 --distributed --shard rows --compare "$OUT/rows-plain.csv")
+        line=$("${MPIRUN[@]}" -np 2 "$ROWS" --rows 1000000 --steps "$ROW_STEPS" --distributed --shard rows --compare "$OUT/rows-plain.csv")
         rows_line rows np2-rows "$rep" "$line" | tee -a "$RESULTS"
-        line=$("${MPIRUN[@]}" -np 2 "$ROWS" --rows 1000000 --distributed --shard particles --compare "$OUT/rows-plain.csv")
+        line=$("${MPIRUN[@]}" -np 2 "$ROWS" --rows 1000000 --steps "$ROW_STEPS" --distributed --shard particles --compare "$OUT/rows-plain.csv")
         rows_line rows np2-particles "$rep" "$line" | tee -a "$RESULTS"
     done
+    unset RAYON_NUM_THREADS
 fi
 
 if [[ $ONLY == all || $ONLY == protein-rows ]]; then

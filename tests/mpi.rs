@@ -204,8 +204,12 @@ fn rows_sharded_bnn_scores_as_one_process_and_resumes_alone() {
         for ranks in [1, 2] {
             let out = dir.path().join(format!("rows-{batch}-{ranks}"));
             let mut cmd = mpirun().unwrap();
-            cmd.args(["-np", &ranks.to_string(), PARVI])
-                .args(bnn_csv(&csv, &out, 30, &["--batch", batch, "--distributed", "--shard", "rows"]));
+            cmd.args(["-np", &ranks.to_string(), PARVI]).args(bnn_csv(
+                &csv,
+                &out,
+                30,
+                &["--batch", batch, "--distributed", "--shard", "rows"],
+            ));
             run(cmd);
             let scores = bnn_scores(&out);
             assert_eq!(scores.2, ranks);
@@ -214,7 +218,12 @@ fn rows_sharded_bnn_scores_as_one_process_and_resumes_alone() {
     }
     let half = dir.path().join("half");
     let mut cmd = mpirun().unwrap();
-    cmd.args(["-np", "2", PARVI]).args(bnn_csv(&csv, &half, 20, &["--batch", "10", "--distributed", "--shard", "rows"]));
+    cmd.args(["-np", "2", PARVI]).args(bnn_csv(
+        &csv,
+        &half,
+        20,
+        &["--batch", "10", "--distributed", "--shard", "rows"],
+    ));
     run(cmd);
     let resumed = dir.path().join("resumed");
     let mut one = Command::new(PARVI);

@@ -32,10 +32,16 @@ fn gap(whole: &[f32], parts: &[f32]) -> f32 {
 }
 
 /// Every split into `k` ranks: the shares' log-joints and scores add up to `whole`'s.
-fn shares_add_up(whole: &dyn LogDensity, local: &dyn Fn(std::ops::Range<usize>) -> Box<dyn LogDensity>, device: &Device) {
-    let x = Particles::gaussian(6, whole.dim(), 0.0, 0.5, &mut parvi::infer::EngineRng::new(4), device).unwrap().positions;
+fn shares_add_up(
+    whole: &dyn LogDensity,
+    local: &dyn Fn(std::ops::Range<usize>) -> Box<dyn LogDensity>,
+    device: &Device,
+) {
+    let x =
+        Particles::gaussian(6, whole.dim(), 0.0, 0.5, &mut parvi::infer::EngineRng::new(4), device).unwrap().positions;
     // Spanning every share; then rows 0..5 only, which some ranks of 3 and 4 do not hold.
-    let batches = [None, Some(batch(&[3, 5, 14, 20, 30, 36, 0, 1, 2, 25], device)), Some(batch(&[0, 1, 2, 4, 3], device))];
+    let batches =
+        [None, Some(batch(&[3, 5, 14, 20, 30, 36, 0, 1, 2, 25], device)), Some(batch(&[0, 1, 2, 4, 3], device))];
     for b in &batches {
         let reference = score(whole, x.clone(), b.as_ref()).unwrap();
         let (lp, grad) = (to_vec_f32(&reference.log_prob), to_vec_f32(&reference.grad));
@@ -52,7 +58,11 @@ fn shares_add_up(whole: &dyn LogDensity, local: &dyn Fn(std::ops::Range<usize>) 
             }
             let batch_len = b.as_ref().map(|b| b.len);
             assert!(gap(&lp, &lp_sum) < 1e-4, "{k} ranks, batch {batch_len:?}: log-joint off by {}", gap(&lp, &lp_sum));
-            assert!(gap(&grad, &grad_sum) < 1e-4, "{k} ranks, batch {batch_len:?}: score off by {}", gap(&grad, &grad_sum));
+            assert!(
+                gap(&grad, &grad_sum) < 1e-4,
+                "{k} ranks, batch {batch_len:?}: score off by {}",
+                gap(&grad, &grad_sum)
+            );
         }
     }
 }
@@ -106,13 +116,18 @@ fn a_share_that_does_not_fit_is_refused_by_name() {
     let (x, y) = synthetic_rows(0..10, 2, 1);
     let model = LogisticRegression::new(&x, &y, 2, &device).unwrap();
     let probe = Tensor::<2>::zeros([1, 4], &device);
-    let err = |share: RowShare, model: &dyn LogDensity| RowShard::new(model, share, 2, probe.clone()).err().unwrap().to_string();
+    let err = |share: RowShare, model: &dyn LogDensity| {
+        RowShard::new(model, share, 2, probe.clone()).err().unwrap().to_string()
+    };
     let e = err(RowShare { total: 20, rows: 0..9 }, &model);
     assert!(e.contains("holds 10 data rows but this rank's share is 9"), "{e}");
     let e = err(RowShare { total: 20, rows: 5..5 }, &model);
     assert!(e.contains("every rank needs at least one row"), "{e}");
     let banana = parvi::models::Banana::default();
-    let e = RowShard::new(&banana, RowShare { total: 20, rows: 0..10 }, 2, Tensor::zeros([1, 2], &device)).err().unwrap().to_string();
+    let e = RowShard::new(&banana, RowShare { total: 20, rows: 0..10 }, 2, Tensor::zeros([1, 2], &device))
+        .err()
+        .unwrap()
+        .to_string();
     assert!(e.contains("no data rows"), "{e}");
     let e = RowShare::of_rank(3, 4, 0).unwrap_err().to_string();
     assert!(e.contains("3 data rows cannot be shared among 4 ranks"), "{e}");

@@ -18,8 +18,8 @@ use super::bnn_run::{
     BnnFit, BnnProtocol, EpistemicSd, ProtocolArgs, SplitCheckpoint, SplitScore, fit_split, test_mixture,
 };
 use super::distributed::{Group, communication_ms_per_step, is_lead, launch, parse_shard};
-use parvi_infer::core::shard::ShardBy;
 use super::{plot, write_atomic};
+use parvi_infer::core::shard::ShardBy;
 
 #[derive(Args, Debug, Clone)]
 pub struct BnnArgs {

@@ -16,9 +16,9 @@ use parvi_models::{BUILTIN_TARGETS, BuiltinTarget, builtin_target};
 use serde::{Deserialize, Serialize};
 
 use super::distributed::{Group, communication_ms_per_step, is_lead, launch, parse_shard};
-use parvi_infer::core::shard::ShardBy;
 use super::method::{adapter_from_name, engine_spec, parse_options};
 use super::{plot, read_config, write_atomic};
+use parvi_infer::core::shard::ShardBy;
 
 /// Settings of `parvi fit`. Every flag may also come from a TOML file given by `--config`
 /// (same names, kebab-case); flags on the command line win over the file.

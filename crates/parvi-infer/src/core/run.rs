@@ -288,7 +288,7 @@ impl<'a> Runner<'a> {
             }
             (Some(collective), Some(share)) => {
                 engine.can_shard(ShardBy::Rows)?;
-                let probe = particles.positions.clone().slice([0..1]);
+                let probe = particles.positions.clone().narrow(0, 0, 1);
                 Ok(Box::new(RowShard::new(model, share.clone(), collective.size(), probe)?))
             }
         }

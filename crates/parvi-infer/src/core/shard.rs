@@ -20,8 +20,8 @@ use std::fmt::Debug;
 use std::ops::Range;
 
 use burn::tensor::{Int, Tensor, TensorData};
-use parvi_model::tensor_ops::{median_by_selection, to_vec_f32};
 use parvi_model::density::FunctionMap;
+use parvi_model::tensor_ops::{median_by_selection, to_vec_f32};
 use parvi_model::{LogDensity, Minibatch, ModelError};
 use serde::{Deserialize, Serialize};
 
@@ -233,11 +233,9 @@ impl<'a> RowShard<'a> {
             Some(_) => {}
         }
         if inner.log_prior(probe).is_none() {
-            return Err(bad(
-                "`--shard rows`: the model does not separate its prior from its rows' terms \
+            return Err(bad("`--shard rows`: the model does not separate its prior from its rows' terms \
                  (`LogDensity::log_prior`), so the ranks could not count it once"
-                    .into(),
-            ));
+                .into()));
         }
         Ok(Self { inner, share, ranks: ranks.max(1) })
     }
@@ -292,7 +290,8 @@ impl LogDensity for RowShard<'_> {
         let len = local.len();
         let device = particles.device();
         // Scale 1 (`total = len`): the factor N / B of the one process's batch is applied here.
-        let mine = Minibatch { indices: Tensor::<1, Int>::from_data(TensorData::new(local, [len]), &device), len, total: len };
+        let mine =
+            Minibatch { indices: Tensor::<1, Int>::from_data(TensorData::new(local, [len]), &device), len, total: len };
         let joint = self.inner.log_prob(particles.clone(), Some(&mine));
         self.share_of(particles, joint, batch.scale())
     }

@@ -161,7 +161,9 @@ pub fn svgd_share_of(
     rows: std::ops::Range<usize>,
     median_sq: &mut dyn FnMut(&Tensor<2>) -> f32,
 ) -> Result<ShardPart, InferError> {
-    svgd_direction_share(kernel, x, s_rows, rows, median_sq).map(ShardPart::Sum).ok_or_else(|| rows_refused(method, kernel))
+    svgd_direction_share(kernel, x, s_rows, rows, median_sq)
+        .map(ShardPart::Sum)
+        .ok_or_else(|| rows_refused(method, kernel))
 }
 
 /// [`svgd_direction_rows`] for a sharded step of `method`, or the error naming the method when
