@@ -166,18 +166,6 @@ pub fn svgd_share_of(
         .ok_or_else(|| rows_refused(method, kernel))
 }
 
-/// [`svgd_direction_rows`] for a sharded step of `method`, or the error naming the method when
-/// its kernel cannot be evaluated in row blocks.
-pub fn svgd_rows_of(
-    method: &str,
-    kernel: &dyn Kernel,
-    x: Tensor<2>,
-    s: Tensor<2>,
-    rows: std::ops::Range<usize>,
-) -> Result<Tensor<2>, InferError> {
-    svgd_direction_rows(kernel, x, s, rows).ok_or_else(|| rows_refused(method, kernel))
-}
-
 /// `Ok` when `kernel` can be evaluated in row blocks ([`svgd_direction_rows`]); else the error
 /// naming `method`.
 pub fn require_row_blocks(method: &str, kernel: &dyn Kernel) -> Result<(), InferError> {
