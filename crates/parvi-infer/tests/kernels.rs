@@ -156,14 +156,14 @@ fn particle_shares_add_up_to_the_whole_direction() {
         // Every block's squared distances, in rank order: what the all-gather hands each rank.
         let mut gathered: Vec<f32> = Vec::new();
         for w in cuts.windows(2) {
-            gathered.extend(host(&pairwise_sq_dists(x.clone().slice([w[0]..w[1]]), x.clone())));
+            gathered.extend(host(&pairwise_sq_dists(x.clone().narrow(0, w[0], w[1] - w[0]), x.clone())));
         }
         let median = parvi_model::tensor_ops::median_by_selection(&mut gathered.clone()).unwrap();
         for kernel in &kernels {
             let whole = host(&svgd_direction(kernel.as_ref(), x.clone(), s.clone()));
             let mut sum = vec![0f32; whole.len()];
             for w in cuts.windows(2) {
-                let s_rows = s.clone().slice([w[0]..w[1]]);
+                let s_rows = s.clone().narrow(0, w[0], w[1] - w[0]);
                 let share = svgd_direction_share(kernel.as_ref(), x.clone(), s_rows, w[0]..w[1], &mut |_| median)
                     .expect("rbf and imq work in blocks");
                 sum.iter_mut().zip(host(&share)).for_each(|(a, v)| *a += v);
