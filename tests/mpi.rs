@@ -1,6 +1,9 @@
 //! Sharded runs under MPI give the particles of one process: `parvi fit --distributed` under
-//! `mpirun -np 1` and `-np 2`, a checkpoint written at 2 ranks resumed at 1, and `parvi bnn
-//! --distributed` on 2 ranks.
+//! `mpirun -np 1` and `-np 2`, a checkpoint written at 2 ranks resumed at 1, `parvi bnn
+//! --distributed` on 2 ranks with the particles or the data rows shared (minibatches and full
+//! batches, uneven shares, a rows-sharded checkpoint resumed in one process), and bad input
+//! (`--shard rows` on a model without rows, more ranks than rows, a rank that cannot read its
+//! data) ending the whole job with a message naming it, without a hang.
 //!
 //! Tolerance: the sharded step computes the same sums in another order (a `[n, rows]` kernel
 //! block and the general Stein form instead of the fused whole-matrix product, scores of a
@@ -10,8 +13,9 @@
 //! by orders of magnitude.
 #![cfg(feature = "mpi")]
 
-use std::path::Path;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 const PARVI: &str = env!("CARGO_BIN_EXE_parvi");
 
@@ -142,4 +146,146 @@ fn a_sharded_bnn_scores_as_one_process() {
     assert_eq!(ranks, 2);
     assert!((rmse - rmse2).abs() <= 1e-5 * rmse, "RMSE {rmse} alone, {rmse2} on 2 ranks");
     assert!((ll - ll2).abs() <= 1e-5 * ll.abs(), "LL {ll} alone, {ll2} on 2 ranks");
+}
+
+/// A regression table of `rows` rows (`x1, x2, y`, a smooth function plus fixed noise) in `dir`.
+fn table(dir: &Path, name: &str, rows: usize) -> PathBuf {
+    let mut text = String::from("x1,x2,y\n");
+    for i in 0..rows {
+        let (a, b) = ((i as f64 * 0.37).sin() * 2.0, (i as f64 * 0.11).cos());
+        let noise = ((i * 7919) % 101) as f64 / 101.0 - 0.5;
+        text.push_str(&format!("{a},{b},{}\n", (1.5 * a).sin() + 0.5 * b + 0.2 * noise));
+    }
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// `parvi bnn` on `csv` with SVGD (`iters` steps, 9 particles, checkpoints every 10) into `out`,
+/// with `extra`. The method is named: a distributed run's default (svgd) is not one process's
+/// (fpovi, which cannot be sharded).
+fn bnn_csv(csv: &Path, out: &Path, iters: usize, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> =
+        ["bnn", "--method", "svgd", "--target", "y", "--particles", "9", "--seed", "2"].iter().map(|s| s.to_string()).collect();
+    args.extend(["--iters".into(), iters.to_string()]);
+    args.extend(["--checkpoint-every".into(), "10".into(), "--csv".into(), csv.display().to_string()]);
+    args.extend(["--out".into(), out.display().to_string()]);
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+/// Test RMSE and log-likelihood of a `parvi bnn` run, and its rank count.
+fn bnn_scores(out: &Path) -> (f64, f64, usize) {
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("bnn_summary.json")).unwrap()).unwrap();
+    (v["test_rmse"].as_f64().unwrap(), v["test_ll"].as_f64().unwrap(), v["ranks"].as_u64().unwrap() as usize)
+}
+
+fn assert_same_scores(what: &str, plain: (f64, f64, usize), other: (f64, f64, usize)) {
+    let ((rmse, ll, _), (rmse2, ll2, _)) = (plain, other);
+    assert!((rmse - rmse2).abs() <= 1e-5 * rmse, "{what}: RMSE {rmse} alone, {rmse2} sharded");
+    assert!((ll - ll2).abs() <= 1e-5 * ll.abs(), "{what}: LL {ll} alone, {ll2} sharded");
+}
+
+/// `--shard rows`: each rank holds its share of the 55 training rows (28 and 27 on 2 ranks),
+/// scores every particle on them, and the scores are summed. With minibatches of 10 (which fall
+/// on one rank's rows, or on both) and with the whole data each step, 1 and 2 ranks give the
+/// one process's test RMSE and log-likelihood to `1e-5` relative (float rounding; a prior counted
+/// twice or a lost row moves them by far more), and a checkpoint written by 2 ranks at step 20
+/// resumes in one process to the one process's result.
+#[test]
+fn rows_sharded_bnn_scores_as_one_process_and_resumes_alone() {
+    let Some(_) = mpirun() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let csv = table(dir.path(), "train.csv", 61);
+    for batch in ["10", "1000"] {
+        let plain = dir.path().join(format!("plain-{batch}"));
+        let mut one = Command::new(PARVI);
+        one.args(bnn_csv(&csv, &plain, 30, &["--batch", batch]));
+        run(one);
+        let reference = bnn_scores(&plain);
+        for ranks in [1, 2] {
+            let out = dir.path().join(format!("rows-{batch}-{ranks}"));
+            let mut cmd = mpirun().unwrap();
+            cmd.args(["-np", &ranks.to_string(), PARVI]).args(bnn_csv(
+                &csv,
+                &out,
+                30,
+                &["--batch", batch, "--distributed", "--shard", "rows"],
+            ));
+            run(cmd);
+            let scores = bnn_scores(&out);
+            assert_eq!(scores.2, ranks);
+            assert_same_scores(&format!("batch {batch}, {ranks} ranks"), reference, scores);
+        }
+    }
+    let half = dir.path().join("half");
+    let mut cmd = mpirun().unwrap();
+    cmd.args(["-np", "2", PARVI]).args(bnn_csv(
+        &csv,
+        &half,
+        20,
+        &["--batch", "10", "--distributed", "--shard", "rows"],
+    ));
+    run(cmd);
+    let resumed = dir.path().join("resumed");
+    let mut one = Command::new(PARVI);
+    one.args(bnn_csv(&csv, &resumed, 30, &["--batch", "10", "--resume"])).arg(half.join("checkpoint.json"));
+    run(one);
+    assert_same_scores("resumed alone", bnn_scores(&dir.path().join("plain-10")), bnn_scores(&resumed));
+}
+
+/// Runs `cmd` to its end, failing the test if it is still running after `limit` (a rank left
+/// waiting in a collective).
+fn finishes(mut cmd: Command, limit: Duration) -> Output {
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start the job");
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            panic!("{cmd:?} still running after {limit:?}: a rank hangs");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn fails_naming(cmd: Command, needle: &str) {
+    let output = finishes(cmd, Duration::from_secs(120));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "the job succeeded: {stderr}");
+    assert!(stderr.contains(needle), "no `{needle}` in: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn bad_row_sharding_ends_the_whole_job_by_name() {
+    let Some(mut cmd) = mpirun() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    // A model without data rows.
+    cmd.args(["-np", "2", PARVI]).args(fit_args(dir.path(), 5)).args(["--distributed", "--shard", "rows"]);
+    fails_naming(cmd, "model `banana` has no data rows to share");
+    // Without `--distributed`, in one process.
+    let csv = table(dir.path(), "train.csv", 61);
+    let mut one = Command::new(PARVI);
+    one.args(bnn_csv(&csv, &dir.path().join("alone"), 5, &["--shard", "rows"]));
+    fails_naming(one, "add `--distributed`");
+    // More ranks than training rows: 4 rows (a test file of its own keeps them all), 5 ranks.
+    let (small, test) = (table(dir.path(), "small.csv", 4), table(dir.path(), "test.csv", 5));
+    let mut cmd = mpirun().unwrap();
+    cmd.args(["-np", "5", PARVI])
+        .args(bnn_csv(&small, &dir.path().join("small"), 5, &["--distributed", "--shard", "rows", "--test-csv"]))
+        .arg(&test);
+    fails_naming(cmd, "cannot be shared among 5 ranks");
+    // Rank 1 cannot read its data while rank 0 goes on into the run's collectives: the job ends.
+    let missing = dir.path().join("missing.csv");
+    let script = format!(
+        "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then exec {PARVI} \"$@\" --csv {}; else exec {PARVI} \"$@\" --csv {}; fi",
+        missing.display(),
+        csv.display()
+    );
+    let mut cmd = mpirun().unwrap();
+    cmd.args(["-np", "2", "sh", "-c", &script, "sh", "bnn", "--target", "y", "--iters", "200", "--particles", "9"])
+        .args(["--distributed", "--shard", "rows", "--out"])
+        .arg(dir.path().join("unreadable"));
+    fails_naming(cmd, "missing.csv");
 }

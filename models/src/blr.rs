@@ -128,11 +128,60 @@ impl LogDensity for LogisticRegression {
         let (x, scale) = Minibatch::select(batch, self.x.clone());
         let (y, _) = Minibatch::select(batch, self.y.clone());
         let lik = Bernoulli::from_logits(self.logits(particles.clone(), x)).log_prob(y).sum_dim(0).reshape([n]);
+        lik.mul_scalar(scale) + self.prior_terms(particles, alpha, p.log_jacobian)
+    }
+
+    fn log_prior(&self, particles: Tensor<2>) -> Option<Tensor<1>> {
+        let p = self.layout.unpack(particles.clone());
+        let alpha: Tensor<1> = p.get("alpha").expect("layout block");
+        Some(self.prior_terms(particles, alpha, p.log_jacobian))
+    }
+}
+
+impl LogisticRegression {
+    /// `w, b ~ N(0, 1/alpha)`, `alpha ~ Gamma(a0, b0)` and the log-Jacobian of `alpha = e^u`:
+    /// the terms of the log-joint that depend on no row.
+    fn prior_terms(&self, particles: Tensor<2>, alpha: Tensor<1>, log_jacobian: Tensor<1>) -> Tensor<1> {
+        let n = particles.dims()[0];
         let weights = particles.narrow(1, 0, self.features + 1);
         let prior = Normal::with_precision(0.0, alpha.clone().reshape([n, 1])).log_prob_sum(weights, 1).reshape([n]);
         let hyper = Gamma::new(ALPHA_A0, ALPHA_B0).expect("valid prior").log_prob(alpha);
-        lik.mul_scalar(scale) + prior + hyper + p.log_jacobian
+        prior + hyper + log_jacobian
     }
+}
+
+/// Rows per block of [`synthetic_rows`]: each block is drawn from its own seeded stream, so any
+/// range of rows is drawn without the rows before it.
+const SYNTHETIC_BLOCK: usize = 4096;
+
+/// Rows `rows` of a synthetic logistic-regression data set of `features` standard normal
+/// features with labels `y ~ Bernoulli(sigmoid(w . x + b))` for a fixed `w` (entries
+/// `+-1 / sqrt(features)` alternating, so that the logits have unit scale) and `b = 0.5`: the
+/// row-major inputs and the 0/1 labels. Row `i` depends on `seed` and `i` alone (blocks of
+/// 4096 rows, each from a stream seeded by its index), so every process of a run with sharded
+/// rows draws its own share and all shares make up the one data set.
+pub fn synthetic_rows(rows: std::ops::Range<usize>, features: usize, seed: u64) -> (Vec<f64>, Vec<f64>) {
+    let mut x = Vec::with_capacity(rows.len() * features);
+    let mut y = Vec::with_capacity(rows.len());
+    let w: Vec<f64> = (0..features).map(|j| if j % 2 == 0 { 1.0 } else { -1.0 } / (features as f64).sqrt()).collect();
+    let normal = rand_distr::StandardNormal;
+    let first_block = rows.start / SYNTHETIC_BLOCK;
+    let last_block = rows.end.div_ceil(SYNTHETIC_BLOCK);
+    for block in first_block..last_block {
+        let mut rng = chacha20::ChaCha8Rng::seed_from_u64(seed ^ (block as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let start = block * SYNTHETIC_BLOCK;
+        for i in start..start + SYNTHETIC_BLOCK {
+            let row: Vec<f64> = (0..features).map(|_| normal.sample(&mut rng)).collect();
+            let u: f64 = rand::RngExt::random(&mut rng);
+            if !rows.contains(&i) {
+                continue;
+            }
+            let logit: f64 = row.iter().zip(&w).map(|(a, b)| a * b).sum::<f64>() + 0.5;
+            y.push(f64::from(u < 1.0 / (1.0 + (-logit).exp())));
+            x.extend(row);
+        }
+    }
+    (x, y)
 }
 
 /// Test accuracy (threshold 1/2) and mean test log-likelihood of particle-averaged probabilities.

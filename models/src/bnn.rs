@@ -454,11 +454,26 @@ impl LogDensity for Bnn {
     /// density built from the layout and the distributions (`log_prob_dsl`, checked equal in
     /// the tests).
     fn log_prob(&self, particles: Tensor<2>, batch: Option<&Minibatch>) -> Tensor<1> {
+        self.log_joint(particles, Some(batch))
+    }
+
+    /// The log-joint without the rows' terms: the weights' prior and the precisions' Gamma
+    /// priors with their Jacobians (the noise precision's term with no rows, `c1 = a0, c2 = 0`).
+    fn log_prior(&self, particles: Tensor<2>) -> Option<Tensor<1>> {
+        Some(self.log_joint(particles, None))
+    }
+}
+
+impl Bnn {
+    /// [`LogDensity::log_prob`] with the rows of `rows` (`Some(batch)`), or only the terms that
+    /// depend on no row (`None`, [`LogDensity::log_prior`]).
+    fn log_joint(&self, particles: Tensor<2>, rows: Option<Option<&Minibatch>>) -> Tensor<1> {
         let n = particles.dims()[0];
         let nw = self.weight_count();
+        let batch = rows.flatten();
         let scale = batch.map_or(1.0, Minibatch::scale);
         let b = batch.map_or(self.rows, |mb| mb.len) as f64;
-        let likelihood = self.likelihood(particles.clone(), batch);
+        let likelihood = rows.map(|batch| self.likelihood(particles.clone(), batch));
         let ssw = match self.config.layer_ops {
             LayerOps::Fused => fused::sum_squares_of_columns(particles.clone(), 0, nw),
             LayerOps::Plain => particles.clone().narrow(1, 0, nw).square().sum_dim(1),
@@ -474,13 +489,21 @@ impl LogDensity for Bnn {
         let mut constant = 0.0;
         let mut lp_extra: Option<Tensor<1>> = None;
         match likelihood {
-            Likelihood::SumOfSquares(ssr) => {
+            Some(Likelihood::SumOfSquares(ssr)) => {
                 stats.push(ssr);
                 c1.push(0.5 * b * scale + A0);
                 c2.push(0.5 * scale);
                 constant += hyper_const - 0.5 * b * LN_2PI * scale;
             }
-            Likelihood::LogLik(lik) => lp_extra = Some(lik.mul_scalar(scale)),
+            Some(Likelihood::LogLik(lik)) => lp_extra = Some(lik.mul_scalar(scale)),
+            // The noise precision's Gamma prior and Jacobian alone: no rows, no residuals.
+            None if self.config.task == BnnTask::Regression => {
+                stats.push(Tensor::zeros([n, 1], &particles.device()));
+                c1.push(A0);
+                c2.push(0.0);
+                constant += hyper_const;
+            }
+            None => {}
         }
         match self.config.prior {
             WeightPrior::Hierarchical => {

@@ -18,8 +18,9 @@ use super::bnn_run::{
     BNN_METHOD, BnnFit, BnnProtocol, DISTRIBUTED_METHOD, EpistemicSd, ProtocolArgs, SplitCheckpoint, SplitScore,
     fit_split, test_mixture,
 };
-use super::distributed::{Group, communication_ms_per_step, is_lead, launch};
+use super::distributed::{Group, communication_ms_per_step, is_lead, launch, parse_shard};
 use super::{plot, write_atomic};
+use parvi_infer::core::shard::ShardBy;
 
 #[derive(Args, Debug, Clone)]
 pub struct BnnArgs {
@@ -76,6 +77,11 @@ pub struct BnnArgs {
     /// and writes.
     #[arg(long)]
     pub distributed: bool,
+    /// With `--distributed`: share the `particles` among the ranks (every rank holds all data
+    /// rows), or the data `rows` (each rank holds its contiguous share of the training rows and
+    /// scores every particle on them; the scores are summed, docs/distributed.md).
+    #[arg(long, default_value = "particles", value_parser = parse_shard)]
+    pub shard: ShardBy,
     /// Output directory.
     #[arg(long, default_value = "out")]
     pub out: PathBuf,
@@ -99,6 +105,7 @@ impl Default for BnnArgs {
             lambda: None,
             protocol: ProtocolArgs::default(),
             distributed: false,
+            shard: ShardBy::Particles,
             out: "out".into(),
         }
     }
@@ -248,6 +255,7 @@ fn run_with(args: BnnArgs, group: Group) -> Result<()> {
             resume: args.resume.clone(),
             source: format!("{} {held_out}", ds.name),
         },
+        shard: args.shard,
         ..args.protocol.protocol(&ds.name, toy, if distributed { DISTRIBUTED_METHOD } else { BNN_METHOD })?
     };
     let fit = fit_split(&data, &protocol, task, &device, true, &group)?;

@@ -4,12 +4,13 @@
 
 use std::path::PathBuf;
 
-use super::distributed::{Group, is_lead};
+use super::distributed::{Group, is_lead, row_share};
 use anyhow::Result;
 use burn::tensor::{Device, Tensor};
 use clap::Args;
 use parvi_data::Prepared;
 use parvi_infer::core::Checkpoint;
+use parvi_infer::core::shard::ShardBy;
 use parvi_infer::{BatchOrder, Callback, CheckpointPolicy, Particles, RunConfig, RunLabel, Runner};
 use parvi_model::layers::Activation;
 use parvi_model::tensor_ops::{matrix_from_vec, to_vec_f32, to_vec_f64};
@@ -123,6 +124,7 @@ impl ProtocolArgs {
             eval_every: None,
             options,
             checkpoint: SplitCheckpoint::default(),
+            shard: ShardBy::Particles,
             seconds: match self.seconds {
                 Some(s) if !(s > 0.0 && s.is_finite()) => {
                     anyhow::bail!("invalid setting `--seconds`: must be finite and > 0, got {s}")
@@ -193,6 +195,9 @@ pub struct BnnProtocol {
     /// Checkpoints of the run and a checkpoint to continue from (not a setting of the result).
     #[serde(skip)]
     pub checkpoint: SplitCheckpoint,
+    /// What a `--distributed` run shares among its ranks (not a setting of the result).
+    #[serde(skip)]
+    pub shard: ShardBy,
 }
 
 /// Checkpointing of one split's run (`parvi bnn --checkpoint-every K --resume FILE`).
@@ -357,7 +362,19 @@ pub fn fit_split(
         prior: protocol.fixed_lambda.map_or(WeightPrior::Hierarchical, WeightPrior::Fixed),
         ..BnnConfig::default()
     };
-    let model = Bnn::from_config(&data.x_train, &data.y_train, data.features, &config, device)?;
+    // With `--shard rows` this rank's model holds only its contiguous share of the training rows.
+    let share = row_share(protocol.shard, data.n_train(), group)?;
+    let f = data.features;
+    let model = match &share {
+        Some(s) => Bnn::from_config(
+            &data.x_train[s.rows.start * f..s.rows.end * f],
+            &data.y_train[s.rows.clone()],
+            f,
+            &config,
+            device,
+        )?,
+        None => Bnn::from_config(&data.x_train, &data.y_train, f, &config, device)?,
+    };
     // Refused by name rather than ending in an allocation abort (`--hidden` sets the dimension).
     let dim = parvi_model::LogDensity::dim(&model);
     let what = format!("the particles and their updates ({dim} parameters each)");
@@ -365,7 +382,15 @@ pub fn fit_split(
     if protocol.method == NUTS {
         return nuts_fit(model, data, protocol, device, group);
     }
-    let start = Particles::new(model.init(protocol.particles, protocol.seed, device)?);
+    let start = match &share {
+        // The one process's start: `Bnn::init` reads (up to) the first 1000 training rows.
+        Some(_) => {
+            let m = data.n_train().min(1000);
+            let head = Bnn::from_config(&data.x_train[..m * f], &data.y_train[..m], f, &config, device)?;
+            Particles::new(head.init(protocol.particles, protocol.seed, device)?)
+        }
+        None => Particles::new(model.init(protocol.particles, protocol.seed, device)?),
+    };
     let adapter = parvi_infer::AdapterConfig::adagrad(protocol.lr);
     let spec = engine_spec(&protocol.method, &protocol.options, Default::default(), adapter)?;
     let mut engine = spec.build()?;
@@ -374,6 +399,7 @@ pub fn fit_split(
         batch_order: BatchOrder::Cycle,
         progress: progress && is_lead(group),
         collective: group.clone(),
+        rows: share,
         max_seconds: protocol.seconds,
         checkpoint: protocol.checkpoint.policy.clone(),
         label: RunLabel {

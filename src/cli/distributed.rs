@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use parvi_infer::core::Collective;
+use parvi_infer::core::shard::{RowShare, ShardBy};
 
 /// The group a run shares its particles with; `None` runs in this process alone.
 pub type Group = Option<Arc<dyn Collective>>;
@@ -40,7 +41,25 @@ fn in_mpi_job(_body: impl FnOnce(Group) -> Result<()>) -> Result<()> {
     anyhow::bail!("invalid setting `--distributed`: built without the `mpi` feature: rebuild with `--features mpi`")
 }
 
-/// The run's share of wall time spent in the all-gathers, per step (`None` alone).
+/// The run's share of wall time spent in the collectives (all-gathers, all-reduces), per step (`None` alone).
 pub fn communication_ms_per_step(group: &Group, steps: usize) -> Option<f64> {
     group.as_ref().map(|c| parvi_infer::core::ms_per_step(c.seconds_communicating(), steps))
+}
+
+/// `--shard`'s parser: `particles` or `rows`.
+pub fn parse_shard(s: &str) -> std::result::Result<ShardBy, String> {
+    s.parse::<ShardBy>().map_err(|e| e.to_string())
+}
+
+/// This rank's share of `rows` data rows when `shard` is [`ShardBy::Rows`] (`None` when the
+/// particles are shared); refused by name without a group, or with more ranks than rows.
+pub fn row_share(shard: ShardBy, rows: usize, group: &Group) -> Result<Option<RowShare>> {
+    match (shard, group) {
+        (ShardBy::Particles, _) => Ok(None),
+        (ShardBy::Rows, None) => anyhow::bail!(
+            "invalid setting `--shard rows`: the rows are shared among the processes of an MPI job: \
+             add `--distributed` and start it with `mpirun -np K`"
+        ),
+        (ShardBy::Rows, Some(c)) => Ok(Some(RowShare::of_rank(rows, c.size(), c.rank())?)),
+    }
 }

@@ -15,9 +15,10 @@ use parvi_models::posteriordb::{self, PosteriorDbModel};
 use parvi_models::{BUILTIN_TARGETS, BuiltinTarget, builtin_target};
 use serde::{Deserialize, Serialize};
 
-use super::distributed::{Group, communication_ms_per_step, is_lead, launch};
+use super::distributed::{Group, communication_ms_per_step, is_lead, launch, parse_shard};
 use super::method::{adapter_from_name, engine_spec, parse_options};
 use super::{plot, read_config, write_atomic};
+use parvi_infer::core::shard::ShardBy;
 
 /// Settings of `parvi fit`. Every flag may also come from a TOML file given by `--config`
 /// (same names, kebab-case); flags on the command line win over the file.
@@ -113,6 +114,11 @@ pub struct FitArgs {
     #[arg(long)]
     #[serde(default)]
     pub distributed: bool,
+    /// With `--distributed`, what the ranks share: `particles` (the default). `rows` is refused
+    /// here (fit's preconditioner searches the whole model in every process); `parvi bnn
+    /// --shard rows` and the library's `RunConfig::rows` shard data rows.
+    #[arg(long, value_parser = parse_shard)]
+    pub shard: Option<ShardBy>,
 }
 
 /// `--model`'s help, naming every built-in target and posteriordb model from the models' own
@@ -158,6 +164,7 @@ impl FitArgs {
             out: self.out.or(file.out),
             quiet: self.quiet || file.quiet,
             distributed: self.distributed || file.distributed,
+            shard: self.shard.or(file.shard),
             polish: self.polish || file.polish,
             polish_steps: self.polish_steps.or(file.polish_steps),
         })
@@ -292,6 +299,16 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
     let device = backend.device()?;
     let target = Target::resolve(&args, &device)?;
     let model_name = target.name();
+    if args.shard == Some(ShardBy::Rows) {
+        match target.density().data_len() {
+            None => bail!("invalid setting `--shard rows`: model `{model_name}` has no data rows to share"),
+            Some(_) => bail!(
+                "invalid setting `--shard rows`: `parvi fit` shares the particles only (its preconditioner \
+                 searches the whole model in every process); shard the rows of a BNN or regression with \
+                 `parvi bnn --shard rows`"
+            ),
+        }
+    }
     let mut options = args.options.clone().unwrap_or_default();
     options.extend(parse_options(&args.opt)?);
     let spec = engine_spec(&method, &options, kernel, adapter)?;

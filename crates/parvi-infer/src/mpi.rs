@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+use mpi::collective::SystemOperation;
 use mpi::datatype::PartitionMut;
 use mpi::environment::Universe;
 use mpi::topology::SimpleCommunicator;
@@ -76,6 +77,17 @@ impl Collective for MpiCollective {
         }
         self.nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         Ok(all)
+    }
+
+    fn all_reduce_sum(&self, values: &mut [f32]) -> Result<(), InferError> {
+        if i32::try_from(values.len()).is_err() {
+            return Err(InferError::setting("distributed", "an all-reduce exceeds MPI's 2^31 - 1 values"));
+        }
+        let started = Instant::now();
+        let local = values.to_vec();
+        SimpleCommunicator::world().all_reduce_into(&local[..], values, SystemOperation::sum());
+        self.nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        Ok(())
     }
 
     fn abort(&self, message: &str) -> ! {

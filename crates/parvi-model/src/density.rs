@@ -24,6 +24,16 @@ pub trait LogDensity {
     /// batch's, scaled by `N / B` (see [`Minibatch::select`]).
     fn log_prob(&self, particles: Tensor<2>, batch: Option<&Minibatch>) -> Tensor<1>;
 
+    /// The terms of [`LogDensity::log_prob`] that depend on no data row (the prior, the
+    /// hyperpriors, the log-Jacobians), `[n]`: `log_prob(x, batch) = log_prior(x) + scale *
+    /// (the batch rows' terms)`. A run whose data rows are split among processes counts this
+    /// part once in all, not once per process. `None` (the default) when the model does not
+    /// separate it: such a model cannot have its rows sharded.
+    fn log_prior(&self, particles: Tensor<2>) -> Option<Tensor<1>> {
+        let _ = particles;
+        None
+    }
+
     /// Why the last evaluation could not be completed, if it could not (an ODE solve that failed
     /// at some particle): such an evaluation returns NaN for every particle, and the run loop's
     /// divergence guard reports this error. Taking it clears it.
@@ -69,6 +79,9 @@ impl<T: LogDensity + ?Sized> LogDensity for &T {
     fn log_prob(&self, particles: Tensor<2>, batch: Option<&Minibatch>) -> Tensor<1> {
         (**self).log_prob(particles, batch)
     }
+    fn log_prior(&self, particles: Tensor<2>) -> Option<Tensor<1>> {
+        (**self).log_prior(particles)
+    }
     fn take_error(&self) -> Option<ModelError> {
         (**self).take_error()
     }
@@ -87,6 +100,9 @@ impl<T: LogDensity + ?Sized> LogDensity for Box<T> {
     }
     fn log_prob(&self, particles: Tensor<2>, batch: Option<&Minibatch>) -> Tensor<1> {
         (**self).log_prob(particles, batch)
+    }
+    fn log_prior(&self, particles: Tensor<2>) -> Option<Tensor<1>> {
+        (**self).log_prior(particles)
     }
     fn take_error(&self) -> Option<ModelError> {
         (**self).take_error()

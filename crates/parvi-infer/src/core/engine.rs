@@ -4,12 +4,24 @@
 use burn::tensor::{Device, Tensor};
 use parvi_model::{LogDensity, Minibatch, score};
 
-use crate::core::shard::{Collective, not_shardable, sharded_ascent};
+use crate::core::shard::{Collective, ShardBy, ShardPart, not_shardable, rows_sharded_ascent, sharded_ascent};
 use crate::{EngineRng, EngineState, InferError, Particles, StepAdapter};
 
 /// Why a method without a sharded step cannot run sharded.
 const NOT_A_ROW_SUM: &str = "only a method whose direction at each particle is a sum over all \
 particles' positions and scores (svgd, a-svgd) splits its rows across ranks";
+
+/// Why a method cannot have the data rows sharded.
+const NOT_A_SCORE_SUM: &str = "only a method whose direction depends on the data through the \
+model's score alone (svgd, ensemble) can sum its scores over ranks that hold the rows";
+
+/// Why a method without a sharded step split `by` cannot run so.
+fn reason(by: ShardBy) -> &'static str {
+    match by {
+        ShardBy::Particles => NOT_A_ROW_SUM,
+        ShardBy::Rows => NOT_A_SCORE_SUM,
+    }
+}
 
 /// What a step may use besides the particles.
 pub struct StepContext<'a> {
@@ -56,22 +68,25 @@ pub trait Engine: Send {
         serde_json::Value::Null
     }
 
-    /// `Ok` when [`Engine::step_sharded`] is implemented for this engine as configured; else
-    /// the error naming the method and why.
-    fn can_shard(&self) -> Result<(), InferError> {
-        Err(not_shardable(self.name(), NOT_A_ROW_SUM))
+    /// `Ok` when [`Engine::step_sharded`] is implemented for this engine as configured and
+    /// split `by`; else the error naming the method and why.
+    fn can_shard(&self, by: ShardBy) -> Result<(), InferError> {
+        Err(not_shardable(self.name(), reason(by)))
     }
 
-    /// One step with the work split among the ranks of `collective` ([`crate::core::shard`]):
-    /// every rank ends with the particles [`Engine::step`] gives, up to float rounding.
+    /// One step with the work split `by` particles or data rows among the ranks of
+    /// `collective` ([`crate::core::shard`]): every rank ends with the particles
+    /// [`Engine::step`] gives, up to float rounding. With [`ShardBy::Rows`] the model in `ctx`
+    /// is this rank's [`crate::core::shard::RowShard`].
     fn step_sharded(
         &mut self,
         ctx: &mut StepContext<'_>,
         particles: &mut Particles,
         collective: &dyn Collective,
+        by: ShardBy,
     ) -> Result<(), InferError> {
         let _ = (ctx, particles, collective);
-        Err(not_shardable(self.name(), NOT_A_ROW_SUM))
+        Err(not_shardable(self.name(), reason(by)))
     }
 }
 
@@ -91,9 +106,10 @@ pub trait Direction: Send {
     /// The ascent direction `[n, dim]` at the particles `x`.
     fn ascent(&mut self, ctx: &mut StepContext<'_>, x: Tensor<2>) -> Result<Tensor<2>, InferError>;
 
-    /// `Ok` when [`Direction::ascent_rows`] is implemented for this method as configured.
-    fn can_shard(&self) -> Result<(), InferError> {
-        Err(not_shardable(self.name(), NOT_A_ROW_SUM))
+    /// `Ok` when this method as configured can be split `by` particles
+    /// ([`Direction::ascent_shard`]) or data rows ([`Direction::ascent_from_scores`]).
+    fn can_shard(&self, by: ShardBy) -> Result<(), InferError> {
+        Err(not_shardable(self.name(), reason(by)))
     }
 
     /// The scores a sharded step gathers, at this rank's rows `x_rows` of the particles: the
@@ -102,17 +118,35 @@ pub trait Direction: Send {
         Ok(score(ctx.model, x_rows, ctx.batch)?.grad)
     }
 
-    /// The rows `rows` of [`Direction::ascent`] at all particles `x` with their scores `scores`
-    /// (both `[n, dim]`), drawing from `ctx.rng` exactly what `ascent` draws.
-    fn ascent_rows(
+    /// This rank's part of [`Direction::ascent`] at all particles `x` when the particles `rows`
+    /// are this rank's and `scores` `[rows, dim]` their [`Direction::shard_scores`]: either the
+    /// direction's rows at them, or their share of every particle's direction (a sum over the
+    /// particles' terms restricted to `rows`; the shares are added across ranks). A kernel with
+    /// the median bandwidth takes it from `median_sq`, given this rank's `[rows, n]` block of
+    /// squared distances (it gathers the ranks' blocks). Draws from `ctx.rng` exactly what
+    /// `ascent` draws.
+    fn ascent_shard(
         &mut self,
         ctx: &mut StepContext<'_>,
         x: Tensor<2>,
         scores: Tensor<2>,
         rows: std::ops::Range<usize>,
-    ) -> Result<Tensor<2>, InferError> {
-        let _ = (ctx, x, scores, rows);
+        median_sq: &mut dyn FnMut(&Tensor<2>) -> f32,
+    ) -> Result<ShardPart, InferError> {
+        let _ = (ctx, x, scores, rows, median_sq);
         Err(not_shardable(self.name(), NOT_A_ROW_SUM))
+    }
+
+    /// [`Direction::ascent`] at `x` given every particle's score `scores` `[n, dim]` (summed
+    /// over the ranks that hold the data rows).
+    fn ascent_from_scores(
+        &mut self,
+        ctx: &mut StepContext<'_>,
+        x: Tensor<2>,
+        scores: Tensor<2>,
+    ) -> Result<Tensor<2>, InferError> {
+        let _ = (ctx, x, scores);
+        Err(not_shardable(self.name(), NOT_A_SCORE_SUM))
     }
 
     /// Method-specific results for summaries.
@@ -165,8 +199,8 @@ impl<M: Direction> Engine for DirectionEngine<M> {
         Ok(())
     }
 
-    fn can_shard(&self) -> Result<(), InferError> {
-        self.method.can_shard()
+    fn can_shard(&self, by: ShardBy) -> Result<(), InferError> {
+        self.method.can_shard(by)
     }
 
     /// The direction in shards; the adapter, replicated, steps the full direction on every rank.
@@ -175,8 +209,13 @@ impl<M: Direction> Engine for DirectionEngine<M> {
         ctx: &mut StepContext<'_>,
         particles: &mut Particles,
         collective: &dyn Collective,
+        by: ShardBy,
     ) -> Result<(), InferError> {
-        let phi = sharded_ascent(&mut self.method, ctx, particles.positions.clone(), collective)?;
+        let x = particles.positions.clone();
+        let phi = match by {
+            ShardBy::Particles => sharded_ascent(&mut self.method, ctx, x, collective)?,
+            ShardBy::Rows => rows_sharded_ascent(&mut self.method, ctx, x, collective)?,
+        };
         self.advance(particles, phi);
         Ok(())
     }

@@ -8,7 +8,7 @@ use std::time::Instant;
 use parvi_model::{LogDensity, Minibatch, score};
 use thiserror::Error;
 
-use crate::core::shard::{Collective, check_shardable_count, is_lead};
+use crate::core::shard::{Collective, RowShard, RowShare, ShardBy, check_shardable_count, is_lead};
 use crate::core::{Checkpoint, FORMAT, RunIdentity};
 use crate::{BatchOrder, BatchStream, Engine, EngineRng, InferError, Particles, StepContext, TensorRecord};
 
@@ -53,6 +53,11 @@ pub struct RunConfig {
     /// `None` runs in this process alone. Every rank runs the same loop with the same settings;
     /// only rank 0 writes checkpoints.
     pub collective: Option<Arc<dyn Collective>>,
+    /// With a `collective`: `None` shares the particles among the ranks (every rank holds all
+    /// data rows); `Some` shares the data rows, the model given to the run holding this rank's
+    /// [`RowShare`] of them ([`crate::core::shard`]). The run's identity (its checkpoints) is
+    /// that of the whole data set, so a checkpoint resumes at any rank count.
+    pub rows: Option<RowShare>,
 }
 
 /// The part of a run's identity ([`RunIdentity`]) only the caller knows: the loop itself sees
@@ -86,7 +91,13 @@ impl RunConfig {
             max_seconds: None,
             label: RunLabel::default(),
             collective: None,
+            rows: None,
         }
+    }
+
+    /// How a sharded run splits its work.
+    fn shard_by(&self) -> ShardBy {
+        if self.rows.is_some() { ShardBy::Rows } else { ShardBy::Particles }
     }
 }
 
@@ -152,7 +163,8 @@ pub enum RunError {
 /// The loop that drives any [`Engine`] over a model: batches, callbacks, guard, checkpoints.
 pub struct Runner<'a> {
     engine: &'a mut dyn Engine,
-    model: &'a dyn LogDensity,
+    /// The model, or this rank's share of it when the data rows are sharded.
+    model: Box<dyn LogDensity + 'a>,
     config: RunConfig,
     rng: EngineRng,
     batches: Option<BatchStream>,
@@ -186,10 +198,10 @@ impl<'a> Runner<'a> {
                 format!("{} particles given, but the run's label asks for {asked}", particles.len()),
             ));
         }
-        Self::check_collective(&*engine, &config, particles.len())?;
+        let model = Self::shared_model(&*engine, model, &config, &particles)?;
         engine.init(&particles)?;
-        let batches = Self::batch_stream(model, &config)?;
-        let identity = Self::identity_of(&*engine, model, &config, particles.len(), &particles.device());
+        let batches = Self::batch_stream(model.as_ref(), &config)?;
+        let identity = Self::identity_of(&*engine, model.as_ref(), &config, particles.len(), &particles.device());
         Ok(Self { engine, model, rng: EngineRng::new(config.seed), batches, particles, step: 0, config, identity })
     }
 
@@ -230,7 +242,10 @@ impl<'a> Runner<'a> {
             return Err(bad(format!("format {} is not supported", checkpoint.format)));
         }
         let particles = config.label.particles.unwrap_or(checkpoint.run.particles);
-        let identity = Self::identity_of(&*engine, model, &config, particles, device);
+        // The identity is the whole model's: with rows sharded, the data set's row count.
+        let rows = config.rows.as_ref().map(|share| share.total).or_else(|| model.data_len());
+        let identity =
+            RunIdentity { data_rows: rows, ..Self::identity_of(&*engine, model, &config, particles, device) };
         let differences = checkpoint.run.differences(&identity);
         if !differences.is_empty() {
             return Err(bad(format!("it belongs to another run: {}", differences.join("; "))));
@@ -241,24 +256,41 @@ impl<'a> Runner<'a> {
         if particles.dim() != model.dim() {
             return Err(bad(format!("particles have dimension {} but the model has {}", particles.dim(), model.dim())));
         }
-        Self::check_collective(&*engine, &config, particles.len())?;
+        let model = Self::shared_model(&*engine, model, &config, &particles)?;
         engine.load(&checkpoint.engine_state, device)?;
         let rng = EngineRng::from_state(&checkpoint.rng).ok_or_else(|| bad("malformed rng state".into()))?;
-        let mut batches = Self::batch_stream(model, &config)?;
+        let mut batches = Self::batch_stream(model.as_ref(), &config)?;
         if let (Some(b), Some(pos)) = (batches.as_mut(), checkpoint.batch_position) {
             b.set_position(pos);
         }
         Ok(Self { engine, model, config, rng, batches, particles, step: checkpoint.step, identity })
     }
 
-    /// A sharded run needs an engine with a sharded step and at least one particle per rank.
-    fn check_collective(engine: &dyn Engine, config: &RunConfig, particles: usize) -> Result<(), InferError> {
-        match &config.collective {
-            Some(collective) => {
-                engine.can_shard()?;
-                check_shardable_count(particles, collective.as_ref())
+    /// The model the run steps: `model` itself, or with [`RunConfig::rows`] this rank's
+    /// [`RowShard`] of it. A sharded run needs an engine with a sharded step of its kind, and at
+    /// least one particle (or data row) per rank; each is refused by name.
+    fn shared_model(
+        engine: &dyn Engine,
+        model: &'a dyn LogDensity,
+        config: &RunConfig,
+        particles: &Particles,
+    ) -> Result<Box<dyn LogDensity + 'a>, InferError> {
+        match (&config.collective, &config.rows) {
+            (None, None) => Ok(Box::new(model)),
+            (None, Some(_)) => Err(InferError::setting(
+                "shard",
+                "the data rows can be shared only among the ranks of a group (`--distributed`)",
+            )),
+            (Some(collective), None) => {
+                engine.can_shard(ShardBy::Particles)?;
+                check_shardable_count(particles.len(), collective.as_ref())?;
+                Ok(Box::new(model))
             }
-            None => Ok(()),
+            (Some(collective), Some(share)) => {
+                engine.can_shard(ShardBy::Rows)?;
+                let probe = particles.positions.clone().narrow(0, 0, 1);
+                Ok(Box::new(RowShard::new(model, share.clone(), collective.size(), probe)?))
+            }
         }
     }
 
@@ -307,9 +339,12 @@ impl<'a> Runner<'a> {
                 // as the state to return if a later check fails. A clone is a handle copy.
                 verified = (step, self.particles.clone());
             }
-            let mut ctx = StepContext { model: self.model, batch: batch.as_ref(), rng: &mut self.rng, step };
+            let mut ctx = StepContext { model: self.model.as_ref(), batch: batch.as_ref(), rng: &mut self.rng, step };
             match &self.config.collective {
-                Some(collective) => self.engine.step_sharded(&mut ctx, &mut self.particles, collective.as_ref()),
+                Some(collective) => {
+                    let by = self.config.shard_by();
+                    self.engine.step_sharded(&mut ctx, &mut self.particles, collective.as_ref(), by)
+                }
                 None => self.engine.step(&mut ctx, &mut self.particles),
             }
             .map_err(|error| RunError::Failed { step, error })?;
@@ -322,7 +357,7 @@ impl<'a> Runner<'a> {
             if check_due && !self.particles.is_finite() {
                 bar.abandon();
                 let (from, previous) = verified;
-                let cause = diagnose(self.model, &previous, batch.as_ref());
+                let cause = diagnose(self.model.as_ref(), &previous, batch.as_ref());
                 let cause = if from == step {
                     cause
                 } else {

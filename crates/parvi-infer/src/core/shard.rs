@@ -1,19 +1,29 @@
-//! Particles sharded across processes: the collective operations a sharded run needs, and the
-//! sharded direction step built on them.
+//! Runs shared among processes: the collective operations a sharded run needs, and the two
+//! sharded steps built on them (docs/distributed.md gives the schemes and their costs).
 //!
-//! Every rank keeps the full, replicated positions and step-size state. Rank `r` computes the
-//! scores of its contiguous shard of rows (the same minibatch on every rank: the batch stream
-//! and the engine's rng are seeded identically), the scores are all-gathered, rank `r` computes
-//! its rows of the direction from all positions and scores, and the direction rows are
-//! all-gathered. Every rank then applies the same adapter to the same full direction, so the
-//! particles do not depend on the rank count beyond float rounding. Communication: `2 n d`
-//! floats per step. The transport (MPI, or none) is a [`Collective`]; this module knows no MPI.
-
+//! **Particles** ([`ShardBy::Particles`]): every rank keeps the full, replicated positions and
+//! step-size state and every data row. Rank `r` computes the scores of its contiguous shard of
+//! particles (the same minibatch on every rank: the batch stream and the engine's rng are seeded
+//! identically) and its `[rows, n]` block of squared distances; the blocks are all-gathered
+//! (`n^2` floats) for the median bandwidth, rank `r` sums its particles' share of every
+//! particle's direction (`[n, d]`, SVGD's sum over `j` restricted to its `j`), and one
+//! all-reduce adds the shares. Every rank then applies the same adapter to the same full
+//! direction, so the particles do not depend on the rank count beyond float rounding.
+//!
+//! **Rows** ([`ShardBy::Rows`], Horovod's data parallelism): every rank keeps the full particles
+//! and only its contiguous share of the data rows ([`RowShare`]). Rank `r` scores every particle
+//! on its rows (its share of the minibatch the one process draws, [`RowShard`]), one all-reduce
+//! sums the scores (`n d` floats), and the kernel part runs replicated.
+//!
+//! The transport (MPI, or none) is a [`Collective`]; this module knows no MPI.
 use std::fmt::Debug;
 use std::ops::Range;
 
-use burn::tensor::{Tensor, TensorData};
-use parvi_model::tensor_ops::to_vec_f32;
+use burn::tensor::{Int, Tensor, TensorData};
+use parvi_model::density::FunctionMap;
+use parvi_model::tensor_ops::{median_by_selection, to_vec_f32};
+use parvi_model::{LogDensity, Minibatch, ModelError};
+use serde::{Deserialize, Serialize};
 
 use crate::{Direction, InferError, StepContext};
 
@@ -28,6 +38,10 @@ pub trait Collective: Debug + Send + Sync {
     /// Gathers rows of `cols` floats from every rank, in rank order, on every rank: `local` is
     /// this rank's `counts[rank()]` rows (row-major), `counts[r]` the rows rank `r` sends.
     fn all_gather_rows(&self, local: &[f32], counts: &[usize], cols: usize) -> Result<Vec<f32>, InferError>;
+
+    /// Replaces `values` on every rank by their element-wise sum over all ranks (every rank
+    /// passes the same length).
+    fn all_reduce_sum(&self, values: &mut [f32]) -> Result<(), InferError>;
 
     /// Ends every process of the group with `message` (printed by this one): a failing rank
     /// must not leave the others waiting in a collective.
@@ -62,6 +76,10 @@ impl Collective for SingleProcess {
     fn all_gather_rows(&self, local: &[f32], counts: &[usize], cols: usize) -> Result<Vec<f32>, InferError> {
         check_gather(local, counts, cols, 0, 1)?;
         Ok(local.to_vec())
+    }
+
+    fn all_reduce_sum(&self, _values: &mut [f32]) -> Result<(), InferError> {
+        Ok(())
     }
 
     fn abort(&self, message: &str) -> ! {
@@ -115,6 +133,183 @@ pub fn not_shardable(name: &str, why: &str) -> InferError {
     InferError::setting("distributed", format!("{name} cannot run sharded yet: {why}"))
 }
 
+/// What a sharded run splits among its ranks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ShardBy {
+    /// The particles: each rank the direction's share of its particles (every rank holds all
+    /// data rows).
+    #[default]
+    Particles,
+    /// The data rows: each rank every particle's score on its rows ([`RowShare`]).
+    Rows,
+}
+
+impl ShardBy {
+    /// The name `--shard` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            ShardBy::Particles => "particles",
+            ShardBy::Rows => "rows",
+        }
+    }
+}
+
+impl std::str::FromStr for ShardBy {
+    type Err = InferError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "particles" => Ok(ShardBy::Particles),
+            "rows" => Ok(ShardBy::Rows),
+            other => Err(InferError::setting("shard", format!("`{other}` is neither `particles` nor `rows`"))),
+        }
+    }
+}
+
+/// The data rows one rank of a run with sharded rows holds: `rows` of the data set's `total`
+/// rows (the model given to the run holds exactly these, in order).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RowShare {
+    /// Rows of the whole data set.
+    pub total: usize,
+    /// This rank's rows, a contiguous range of `0..total`.
+    pub rows: Range<usize>,
+}
+
+impl RowShare {
+    /// The share of rank `rank` of `size` when `total` rows are split contiguously
+    /// ([`shard_rows`]); an error naming the counts when a rank would hold no row.
+    pub fn of_rank(total: usize, size: usize, rank: usize) -> Result<Self, InferError> {
+        if total < size {
+            return Err(InferError::setting(
+                "shard",
+                format!("{total} data rows cannot be shared among {size} ranks: use at most {total} ranks"),
+            ));
+        }
+        Ok(Self { total, rows: shard_rows(total, size, rank) })
+    }
+}
+
+/// This rank's part of a model whose data rows are shared among `ranks` processes: the local
+/// model `inner` holds the rows [`RowShare::rows`]; this density presents the whole data set's
+/// rows (`data_len` = [`RowShare::total`], so every rank draws the one process's minibatches)
+/// and evaluates the rank's share of the log-joint,
+///
+/// `log p_r(x) = log_prior(x) / K + (N / B) * (this rank's rows of the batch: their terms)`,
+///
+/// so that the shares of the `K` ranks add up to `log_prior + (N / B) * (the batch's terms)`,
+/// the one process's log-joint (minibatch scaling as [`Minibatch::scale`]). The rows' terms are
+/// `inner`'s log-joint on its rows at scale 1 less its prior. A rank with no row in the batch
+/// contributes its share of the prior alone.
+pub struct RowShard<'a> {
+    inner: &'a dyn LogDensity,
+    share: RowShare,
+    ranks: usize,
+}
+
+impl<'a> RowShard<'a> {
+    /// Rank `rank`'s part of the model; `inner` must hold the rows `share.rows` and separate its
+    /// prior ([`LogDensity::log_prior`], probed at `probe`), each refused by name otherwise.
+    pub fn new(inner: &'a dyn LogDensity, share: RowShare, ranks: usize, probe: Tensor<2>) -> Result<Self, InferError> {
+        let bad = |reason: String| InferError::setting("shard", reason);
+        if share.rows.is_empty() || share.rows.end > share.total {
+            return Err(bad(format!(
+                "rows {}..{} are not a share of the {} data rows (every rank needs at least one row)",
+                share.rows.start, share.rows.end, share.total
+            )));
+        }
+        match inner.data_len() {
+            None => return Err(bad("`--shard rows`: the model has no data rows to share; shard the particles".into())),
+            Some(len) if len != share.rows.len() => {
+                return Err(bad(format!(
+                    "the model holds {len} data rows but this rank's share is {} (rows {}..{} of {})",
+                    share.rows.len(),
+                    share.rows.start,
+                    share.rows.end,
+                    share.total
+                )));
+            }
+            Some(_) => {}
+        }
+        if inner.log_prior(probe).is_none() {
+            return Err(bad("`--shard rows`: the model does not separate its prior from its rows' terms \
+                 (`LogDensity::log_prior`), so the ranks could not count it once"
+                .into()));
+        }
+        Ok(Self { inner, share, ranks: ranks.max(1) })
+    }
+
+    /// `a * log_joint_rows - (a - 1/K) * log_prior`: the rank's share when its rows' terms,
+    /// evaluated at scale 1 in `log_joint_rows`, count `a` times.
+    fn share_of(&self, particles: Tensor<2>, log_joint_rows: Tensor<1>, a: f64) -> Tensor<1> {
+        let k = self.ranks as f64;
+        log_joint_rows.mul_scalar(a) - self.prior(particles).mul_scalar(a - 1.0 / k)
+    }
+
+    /// The local model's prior; NaN (caught by the run's divergence guard) if it stopped
+    /// separating it after [`RowShard::new`] checked that it does.
+    fn prior(&self, particles: Tensor<2>) -> Tensor<1> {
+        let n = particles.dims()[0];
+        let device = particles.device();
+        self.inner.log_prior(particles).unwrap_or_else(|| Tensor::full([n], f32::NAN, &device))
+    }
+}
+
+impl LogDensity for RowShard<'_> {
+    fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+
+    fn data_len(&self) -> Option<usize> {
+        Some(self.share.total)
+    }
+
+    fn log_prob(&self, particles: Tensor<2>, batch: Option<&Minibatch>) -> Tensor<1> {
+        let all_rows = || self.inner.log_prob(particles.clone(), None);
+        let Some(batch) = batch.filter(|b| b.len < b.total) else {
+            // Every row (no minibatch, or one as large as the data): the local rows at scale 1.
+            return self.share_of(particles.clone(), all_rows(), 1.0);
+        };
+        // The one process's batch, read back (`len` integers), and this rank's rows of it.
+        let start = self.share.rows.start as i64;
+        let end = self.share.rows.end as i64;
+        let local: Vec<i64> = batch
+            .indices
+            .to_data()
+            .convert::<i64>()
+            .try_into_vec::<i64>()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|&i| (start..end).contains(&i))
+            .map(|i| i - start)
+            .collect();
+        if local.is_empty() {
+            return self.prior(particles).div_scalar(self.ranks as f64);
+        }
+        let len = local.len();
+        let device = particles.device();
+        // Scale 1 (`total = len`): the factor N / B of the one process's batch is applied here.
+        let mine =
+            Minibatch { indices: Tensor::<1, Int>::from_data(TensorData::new(local, [len]), &device), len, total: len };
+        let joint = self.inner.log_prob(particles.clone(), Some(&mine));
+        self.share_of(particles, joint, batch.scale())
+    }
+
+    fn log_prior(&self, particles: Tensor<2>) -> Option<Tensor<1>> {
+        self.inner.log_prior(particles).map(|p| p.div_scalar(self.ranks as f64))
+    }
+
+    fn take_error(&self) -> Option<ModelError> {
+        self.inner.take_error()
+    }
+
+    /// None: a function-space method reads the batch's inputs, which are spread over the ranks.
+    fn function_map(&self) -> Option<&dyn FunctionMap> {
+        None
+    }
+}
+
 /// All-gathers each rank's rows of `local` (`[rows, cols]`) into the full `[n, cols]` tensor.
 fn gather_rows(local: Tensor<2>, counts: &[usize], collective: &dyn Collective) -> Result<Tensor<2>, InferError> {
     let cols = local.dims()[1];
@@ -124,8 +319,36 @@ fn gather_rows(local: Tensor<2>, counts: &[usize], collective: &dyn Collective) 
     Ok(Tensor::from_data(TensorData::new(all, [n, cols]), &device))
 }
 
-/// The full direction `[n, d]` of `method` at `x`, computed in shards: this rank's scores and
-/// direction rows, each all-gathered (the module docs give the scheme).
+/// The element-wise sum over ranks of `local`, on every rank.
+fn sum_over_ranks(local: Tensor<2>, collective: &dyn Collective) -> Result<Tensor<2>, InferError> {
+    let dims = local.dims();
+    let device = local.device();
+    let mut values = to_vec_f32(&local);
+    collective.all_reduce_sum(&mut values)?;
+    Ok(Tensor::from_data(TensorData::new(values, dims), &device))
+}
+
+/// What a rank computes of a sharded direction ([`Direction::ascent_shard`]).
+pub enum ShardPart {
+    /// The direction's rows at this rank's particles, `[rows, d]`: the ranks' rows are
+    /// all-gathered.
+    Rows(Tensor<2>),
+    /// This rank's particles' share of every particle's direction, `[n, d]`: the ranks' shares
+    /// are summed (all-reduce).
+    Sum(Tensor<2>),
+}
+
+/// The median of the squared distances of all `n^2` pairs of particles from each rank's
+/// `[rows, n]` block of them (`block`, this rank's rows): the blocks are all-gathered (`n^2`
+/// floats) and every rank selects the same median on the host (`O(n^2)`, no `n^2 d` work).
+pub fn gathered_median_sq(block: &Tensor<2>, counts: &[usize], collective: &dyn Collective) -> Result<f32, InferError> {
+    let n = block.dims()[1];
+    let mut all = collective.all_gather_rows(&to_vec_f32(block), counts, n)?;
+    Ok(median_by_selection(&mut all).unwrap_or(0.0))
+}
+
+/// The full direction `[n, d]` of `method` at `x` with the particles sharded: this rank's
+/// scores and share of the direction, combined across ranks (the module docs give the scheme).
 pub fn sharded_ascent(
     method: &mut dyn Direction,
     ctx: &mut StepContext<'_>,
@@ -136,8 +359,38 @@ pub fn sharded_ascent(
     check_shardable_count(n, collective)?;
     let counts = shard_counts(n, collective.size());
     let rows = shard_rows(n, collective.size(), collective.rank());
-    let local = method.shard_scores(ctx, x.clone().slice([rows.clone()]))?;
-    let scores = gather_rows(local, &counts, collective)?;
-    let phi_rows = method.ascent_rows(ctx, x, scores, rows)?;
-    gather_rows(phi_rows, &counts, collective)
+    let scores = method.shard_scores(ctx, x.clone().slice([rows.clone()]))?;
+    // The kernel asks for the median (or not) alike on every rank, so every rank joins the
+    // gather inside it or none does.
+    let mut failed = None;
+    let part = {
+        let mut median = |block: &Tensor<2>| {
+            gathered_median_sq(block, &counts, collective).unwrap_or_else(|e| {
+                failed = Some(e);
+                f32::NAN
+            })
+        };
+        method.ascent_shard(ctx, x, scores, rows, &mut median)?
+    };
+    if let Some(error) = failed {
+        return Err(error);
+    }
+    match part {
+        ShardPart::Rows(rows) => gather_rows(rows, &counts, collective),
+        ShardPart::Sum(share) => sum_over_ranks(share, collective),
+    }
+}
+
+/// The full direction `[n, d]` of `method` at `x` with the data rows sharded: this rank's
+/// share of every particle's score (the model in `ctx` is this rank's [`RowShard`]), summed
+/// across ranks, then the direction from the summed scores, replicated.
+pub fn rows_sharded_ascent(
+    method: &mut dyn Direction,
+    ctx: &mut StepContext<'_>,
+    x: Tensor<2>,
+    collective: &dyn Collective,
+) -> Result<Tensor<2>, InferError> {
+    let share = method.shard_scores(ctx, x.clone())?;
+    let scores = sum_over_ranks(share, collective)?;
+    method.ascent_from_scores(ctx, x, scores)
 }

@@ -9,6 +9,7 @@ use parvi_model::score;
 use serde::{Deserialize, Serialize};
 
 use super::EngineConfig;
+use crate::core::shard::{ShardBy, ShardPart};
 use crate::core::{Direction, DirectionEngine};
 use crate::{AdapterConfig, Engine, InferError, KernelConfig, StepAdapter, StepContext};
 
@@ -31,19 +32,30 @@ impl Direction for Ensemble {
         Ok(score(ctx.model, x, ctx.batch)?.grad)
     }
 
-    /// Each row is its own particle's score: any split of the rows works.
-    fn can_shard(&self) -> Result<(), InferError> {
+    /// Each row is its own particle's score: any split of the particles or of the data rows
+    /// works.
+    fn can_shard(&self, _by: ShardBy) -> Result<(), InferError> {
         Ok(())
     }
 
-    fn ascent_rows(
+    fn ascent_shard(
         &mut self,
         _ctx: &mut StepContext<'_>,
         _x: Tensor<2>,
         scores: Tensor<2>,
-        rows: std::ops::Range<usize>,
+        _rows: std::ops::Range<usize>,
+        _median_sq: &mut dyn FnMut(&Tensor<2>) -> f32,
+    ) -> Result<ShardPart, InferError> {
+        Ok(ShardPart::Rows(scores))
+    }
+
+    fn ascent_from_scores(
+        &mut self,
+        _ctx: &mut StepContext<'_>,
+        _x: Tensor<2>,
+        scores: Tensor<2>,
     ) -> Result<Tensor<2>, InferError> {
-        Ok(scores.slice(rows))
+        Ok(scores)
     }
 
     fn report(&self) -> serde_json::Value {

@@ -4,8 +4,9 @@
 use burn::tensor::Tensor;
 use parvi_model::score;
 
+use crate::core::shard::{ShardBy, ShardPart};
 use crate::core::{Direction, DirectionEngine};
-use crate::kernels::{DENSE_MAX_POINTS, require_matrices_fit, require_row_blocks, svgd_direction, svgd_rows_of};
+use crate::kernels::{DENSE_MAX_POINTS, require_matrices_fit, require_row_blocks, svgd_direction, svgd_share_of};
 use crate::{InferError, Kernel, Particles, StepAdapter, StepContext};
 use serde::{Deserialize, Serialize};
 
@@ -45,19 +46,33 @@ impl Direction for Svgd {
         Ok(svgd_direction(self.kernel.as_ref(), x, s.grad))
     }
 
-    /// Sharded with any kernel evaluated in blocks (the RBF with any bandwidth rule, the IMQ).
-    fn can_shard(&self) -> Result<(), InferError> {
-        require_row_blocks("svgd", self.kernel.as_ref())
+    /// Particles sharded with any kernel evaluated in blocks (the RBF with any bandwidth rule,
+    /// the IMQ); rows sharded with any kernel (the kernel part is replicated).
+    fn can_shard(&self, by: ShardBy) -> Result<(), InferError> {
+        match by {
+            ShardBy::Particles => require_row_blocks("svgd", self.kernel.as_ref()),
+            ShardBy::Rows => Ok(()),
+        }
     }
 
-    fn ascent_rows(
+    fn ascent_shard(
         &mut self,
         _ctx: &mut StepContext<'_>,
         x: Tensor<2>,
         scores: Tensor<2>,
         rows: std::ops::Range<usize>,
+        median_sq: &mut dyn FnMut(&Tensor<2>) -> f32,
+    ) -> Result<ShardPart, InferError> {
+        svgd_share_of("svgd", self.kernel.as_ref(), x, scores, rows, median_sq)
+    }
+
+    fn ascent_from_scores(
+        &mut self,
+        _ctx: &mut StepContext<'_>,
+        x: Tensor<2>,
+        scores: Tensor<2>,
     ) -> Result<Tensor<2>, InferError> {
-        svgd_rows_of("svgd", self.kernel.as_ref(), x, scores, rows)
+        Ok(svgd_direction(self.kernel.as_ref(), x, scores))
     }
 
     fn report(&self) -> serde_json::Value {

@@ -8,7 +8,7 @@ use burn::tensor::Tensor;
 use parvi_model::tensor_ops::{median_on_host, pairwise_sq_dists};
 
 use crate::InferError;
-use crate::core::shard::not_shardable;
+use crate::core::shard::{ShardPart, not_shardable};
 use crate::kernels::pairs::{DENSE_MAX_POINTS, PairTiles, pair_median_sq, svgd_direction_tiled};
 use crate::kernels::{Kernel, RadialEval, linear_direction, linear_stein_kernel};
 
@@ -123,16 +123,47 @@ pub fn svgd_direction_rows(
     Some(direction_at(kernel.as_ref(), &sq, x, s, y))
 }
 
-/// [`svgd_direction_rows`] for a sharded step of `method`, or the error naming the method when
-/// its kernel cannot be evaluated in row blocks.
-pub fn svgd_rows_of(
+/// The share of the particles `rows` (scores `s_rows` `[rows, d]`) in every particle's SVGD
+/// direction: `(1/n) sum_{j in rows} [k(x_j, x_i) s_j + grad_{x_j} k(x_j, x_i)]` for all `i`,
+/// `[n, d]`, so that the shares of any split of the particles add up to [`svgd_direction`]
+/// (the sum over `j` of Liu & Wang 2016, eq. 8, split by `j`). The median bandwidth (fixed from
+/// the whole set, [`Kernel::resolved`]) comes from `median_sq` given this block's squared
+/// distances `[rows, n]` up to [`DENSE_MAX_POINTS`] particles (a sharded run gathers the
+/// ranks' blocks: no rank computes all `n^2 d` of them), from [`pair_median_sq`] above.
+/// Cost `O(rows n d)`; `None` when `kernel` cannot be evaluated in blocks.
+pub fn svgd_direction_share(
+    kernel: &dyn Kernel,
+    x: Tensor<2>,
+    s_rows: Tensor<2>,
+    rows: std::ops::Range<usize>,
+    median_sq: &mut dyn FnMut(&Tensor<2>) -> f32,
+) -> Option<Tensor<2>> {
+    let n = x.dims()[0];
+    let m = rows.len();
+    let sources = x.clone().slice([rows]);
+    let sq = pairwise_sq_dists(sources.clone(), x.clone()); // [rows, n]: sources j, targets i
+    let kernel = if n <= DENSE_MAX_POINTS {
+        kernel.resolved(n, &mut || median_sq(&sq))?
+    } else {
+        kernel.resolved(n, &mut || pair_median_sq(&x))?
+    };
+    // `direction_at` averages over its `m` sources; the share is their sum over all `n`.
+    Some(direction_at(kernel.as_ref(), &sq, sources, s_rows, x).mul_scalar(m as f64 / n as f64))
+}
+
+/// [`svgd_direction_share`] for a sharded step of `method`, or the error naming the method
+/// when its kernel cannot be evaluated in blocks.
+pub fn svgd_share_of(
     method: &str,
     kernel: &dyn Kernel,
     x: Tensor<2>,
-    s: Tensor<2>,
+    s_rows: Tensor<2>,
     rows: std::ops::Range<usize>,
-) -> Result<Tensor<2>, InferError> {
-    svgd_direction_rows(kernel, x, s, rows).ok_or_else(|| rows_refused(method, kernel))
+    median_sq: &mut dyn FnMut(&Tensor<2>) -> f32,
+) -> Result<ShardPart, InferError> {
+    svgd_direction_share(kernel, x, s_rows, rows, median_sq)
+        .map(ShardPart::Sum)
+        .ok_or_else(|| rows_refused(method, kernel))
 }
 
 /// `Ok` when `kernel` can be evaluated in row blocks ([`svgd_direction_rows`]); else the error

@@ -22,10 +22,11 @@ use parvi_model::{LogDensity, Minibatch, score};
 use serde::{Deserialize, Serialize};
 
 use super::surrogate::{AuxDensity, AuxKind, HanLiuKernel, gf_direction, self_normalized_weights, truncated_weights};
+use crate::core::shard::{ShardBy, ShardPart, not_shardable};
 use crate::core::{Direction, DirectionEngine};
 use crate::engines::EngineConfig;
 use crate::error::require_positive;
-use crate::kernels::{require_row_blocks, svgd_direction, svgd_rows_of};
+use crate::kernels::{require_row_blocks, svgd_direction, svgd_share_of};
 use crate::{AdapterConfig, Engine, KernelConfig};
 use crate::{InferError, Kernel, Particles, StepAdapter, StepContext};
 
@@ -267,22 +268,31 @@ impl Direction for AnnealedSvgd {
         Ok(svgd_direction(self.kernel.as_ref(), x, s))
     }
 
-    fn can_shard(&self) -> Result<(), InferError> {
-        require_row_blocks("a-svgd", self.kernel.as_ref())
+    /// Particles sharded as SVGD's; rows not: the annealed score mixes the target's score with
+    /// the initial distribution's, which each rank would add once.
+    fn can_shard(&self, by: ShardBy) -> Result<(), InferError> {
+        match by {
+            ShardBy::Particles => require_row_blocks("a-svgd", self.kernel.as_ref()),
+            ShardBy::Rows => Err(not_shardable(
+                "a-svgd",
+                "with its rows sharded: its annealed score mixes in the initial distribution's, which every rank would add",
+            )),
+        }
     }
 
     fn shard_scores(&mut self, ctx: &mut StepContext<'_>, x_rows: Tensor<2>) -> Result<Tensor<2>, InferError> {
         self.annealed_score(ctx, x_rows)
     }
 
-    fn ascent_rows(
+    fn ascent_shard(
         &mut self,
         _ctx: &mut StepContext<'_>,
         x: Tensor<2>,
         scores: Tensor<2>,
         rows: std::ops::Range<usize>,
-    ) -> Result<Tensor<2>, InferError> {
-        svgd_rows_of("a-svgd", self.kernel.as_ref(), x, scores, rows)
+        median_sq: &mut dyn FnMut(&Tensor<2>) -> f32,
+    ) -> Result<ShardPart, InferError> {
+        svgd_share_of("a-svgd", self.kernel.as_ref(), x, scores, rows, median_sq)
     }
 
     fn report(&self) -> serde_json::Value {
