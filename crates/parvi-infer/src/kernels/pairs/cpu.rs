@@ -1,0 +1,399 @@
+//! SVGD's RBF direction in tiles on the host, for a CPU backend: the tiles' distances, their
+//! `exp` and their products with the right-hand matrix in native loops over cache-sized tiles,
+//! with no tensor operation (and no allocation) per tile.
+//!
+//! On flex a tile built from tensor operations pays a scalar libm `exp` per entry (about 2.7 ns,
+//! most of a 2-D tile's cost) and a pass over memory per operation. Here, in few dimensions
+//! ([`FUSED_MAX_DIM`]), one row of a tile at a time is formed from coordinate differences,
+//! exponentiated by the vectorised polynomial `exp` ([`parvi_model::fastmath`]) and multiplied
+//! into both blocks' sums while it is in the first-level cache, in loops the compiler vectorises
+//! (AVX2 and FMA where the CPU has them, chosen at run time). In many dimensions the distances
+//! and the products are `gemm` products on the tile, with the vectorised `exp` between them.
+//!
+//! The mathematics is the tensor path's ([`super::svgd_direction_tiled`]): with `c = f'/f` the
+//! RBF's rate, `phi = (1/n) [K (S + 2c X) - 2c X * rowsum(K)]` (Liu & Wang 2016, eq. 8), over
+//! the tiles `I <= J` of the symmetric kernel matrix, points centred on their mean.
+
+use burn::tensor::{Device, Tensor, TensorData};
+use parvi_model::fastmath::{exp_f32, exp_f32_fma, exp_scaled_in_place, has_avx2_fma};
+use parvi_model::tensor_ops::{median_by_selection, to_vec_f32};
+
+use super::{
+    MEDIAN_SAMPLE_SEED, PairTiles, SplitMix, map_indexed, median_is_exact, median_of_tiles, median_sample_pairs,
+    share_tiles, workers,
+};
+use crate::kernels::Kernel;
+
+/// Up to this many dimensions a tile's squared distances are formed from coordinate
+/// differences in the same pass as its `exp` and products; above, by one `gemm` product per tile
+/// (`d` multiply-adds per pair either way, but `gemm` blocks them for the cache).
+pub const FUSED_MAX_DIM: usize = 16;
+
+/// Whether `device` computes on this machine's CPU, where a tensor's values are a host read away.
+pub(super) fn is_cpu(device: &Device) -> bool {
+    let inner = device.clone().inner();
+    #[allow(deprecated)]
+    let cpu = inner == Device::flex() || inner == Device::ndarray();
+    cpu
+}
+
+/// The point set on the host, centred on its mean (distances do not change; sums of products
+/// lose less to cancellation): rows `[n, dim]`, columns `[dim, n]` (few dimensions) and the
+/// squared norms.
+struct HostSet {
+    n: usize,
+    dim: usize,
+    rows: Vec<f32>,
+    cols: Vec<f32>,
+    norms: Vec<f32>,
+}
+
+impl HostSet {
+    fn new(x: &[f32], n: usize, dim: usize) -> Self {
+        let mut mean = vec![0.0f64; dim];
+        for row in x.chunks_exact(dim) {
+            mean.iter_mut().zip(row).for_each(|(m, &v)| *m += f64::from(v));
+        }
+        let mean: Vec<f32> = mean.iter().map(|m| (m / n as f64) as f32).collect();
+        let rows: Vec<f32> = x.chunks_exact(dim).flat_map(|r| r.iter().zip(&mean).map(|(v, m)| v - m)).collect();
+        let norms = rows.chunks_exact(dim).map(|r| r.iter().map(|v| v * v).sum()).collect();
+        let cols = if dim <= FUSED_MAX_DIM { transpose(&rows, n, dim) } else { Vec::new() };
+        Self { n, dim, rows, cols, norms }
+    }
+
+    /// The squared distances of blocks `a` and `b` `[la, lb]`, row-major, clamped at 0.
+    fn distances(&self, (sa, la): (usize, usize), (sb, lb): (usize, usize)) -> Vec<f32> {
+        let (n, dim) = (self.n, self.dim);
+        if dim <= FUSED_MAX_DIM {
+            let mut out = vec![0.0f32; la * lb];
+            for (i, row) in out.chunks_exact_mut(lb).enumerate() {
+                for k in 0..dim {
+                    let xi = self.cols[k * n + sa + i];
+                    for (v, &xj) in row.iter_mut().zip(&self.cols[k * n + sb..][..lb]) {
+                        let t = xi - xj;
+                        *v += t * t;
+                    }
+                }
+            }
+            return out;
+        }
+        // |a|^2 + |b|^2 - 2 a.b: one product, then the norms added and clamped in one pass.
+        let mut out = vec![0.0f32; la * lb];
+        let lhs = Mat { values: &self.rows, start: sa * dim, row_stride: dim, col_stride: 1 };
+        let rhs = Mat { values: &self.rows, start: sb * dim, row_stride: 1, col_stride: dim };
+        gemm(la, dim, lb, lhs, rhs, -2.0, &mut out, (0, lb), false);
+        for (row, &na) in out.chunks_exact_mut(lb).zip(&self.norms[sa..sa + la]) {
+            row.iter_mut().zip(&self.norms[sb..sb + lb]).for_each(|(v, &nb)| *v = (*v + na + nb).max(0.0));
+        }
+        out
+    }
+
+    /// The squared distance of points `a` and `b`.
+    fn distance(&self, a: usize, b: usize) -> f32 {
+        let (ra, rb) = (&self.rows[a * self.dim..][..self.dim], &self.rows[b * self.dim..][..self.dim]);
+        ra.iter().zip(rb).map(|(u, v)| (u - v) * (u - v)).sum()
+    }
+}
+
+/// `[rows, cols]` row-major to `[cols, rows]` row-major.
+fn transpose(values: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut out = vec![0.0f32; values.len()];
+    for (i, row) in values.chunks_exact(cols).enumerate() {
+        for (k, &v) in row.iter().enumerate() {
+            out[k * rows + i] = v;
+        }
+    }
+    out
+}
+
+/// SVGD's direction under an RBF-type kernel (`f' = c f`, [`Kernel::eval_proportional`]) on the
+/// host, in the tiles `tiles`; the radial part only (the caller adds linear features). `None`
+/// where this path does not apply: not a CPU device, a kernel without a constant rate, or
+/// tensors that carry an autodiff graph (a learnable bandwidth), which must stay tensors.
+pub(super) fn rbf_direction(kernel: &dyn Kernel, x: &Tensor<2>, s: &Tensor<2>, tiles: &PairTiles) -> Option<Tensor<2>> {
+    let device = x.device();
+    if !is_cpu(&device) || x.is_tracked() || s.is_tracked() {
+        return None;
+    }
+    let zero = Tensor::<2>::zeros([1, 1], &device);
+    if kernel.eval_proportional(&zero).is_none_or(|(_, rate)| rate.is_tracked()) {
+        return None;
+    }
+    let [n, dim] = x.dims();
+    let set = HostSet::new(&to_vec_f32(x), n, dim);
+    let upper = tiles.upper();
+    let workers = workers(&device, upper.len());
+    let fused = dim <= FUSED_MAX_DIM;
+    // Where the median is exact the distance tiles are formed for it; in many dimensions they
+    // are kept for the kernel (a product each), in few they are cheaper to form again.
+    let mut kept: Option<Vec<Vec<f32>>> = None;
+    let mut median = || {
+        if median_is_exact(n, dim) {
+            let d = map_indexed(upper.len(), workers, |t| {
+                let (a, b) = upper[t];
+                set.distances(tiles.range(a), tiles.range(b))
+            });
+            let m = median_of_tiles(tiles, &upper, workers, |t| d[t].clone());
+            if !fused {
+                kept = Some(d);
+            }
+            m
+        } else {
+            sampled_median(&set, median_sample_pairs(dim), MEDIAN_SAMPLE_SEED)
+        }
+    };
+    let kernel = kernel.resolved(n, &mut median)?;
+    let (_, rate) = kernel.eval_proportional(&zero)?;
+    let rate = rate.into_scalar::<f32>();
+    let scores = to_vec_f32(s);
+    let w = dim + 1;
+    let two_rate = 2.0 * rate;
+    // The right-hand matrix [S + 2c X, 1]: one product gives K (S + 2c X) and K's row sums.
+    let right: Vec<f32> = scores
+        .chunks_exact(dim)
+        .zip(set.rows.chunks_exact(dim))
+        .flat_map(|(sr, xr)| sr.iter().zip(xr).map(|(s, x)| s + two_rate * x).chain(std::iter::once(1.0)))
+        .collect(); // [n, w]
+    let avx = has_avx2_fma();
+    let parts = if fused {
+        let right = transpose(&right, n, w); // [w, n]
+        share_tiles(
+            upper.len(),
+            workers,
+            || (vec![0.0f32; w * n], Vec::new()),
+            |t, (acc, row)| {
+                let (a, b) = upper[t];
+                let tile = FusedTile { cols: &set.cols, right: &right, n, dim, rate };
+                tile.run(tiles.range(a), tiles.range(b), a == b, acc, row, avx);
+            },
+        )
+        .into_iter()
+        .map(|(acc, _)| transpose(&acc, w, n))
+        .collect::<Vec<_>>()
+    } else {
+        share_tiles(
+            upper.len(),
+            workers,
+            || (vec![0.0f32; n * w], Vec::new()),
+            |t, (acc, buf)| {
+                let (a, b) = upper[t];
+                let ((sa, la), (sb, lb)) = (tiles.range(a), tiles.range(b));
+                *buf = match &kept {
+                    Some(kept) => kept[t].clone(),
+                    None => set.distances((sa, la), (sb, lb)),
+                };
+                exp_scaled_in_place(buf, rate);
+                let e = Mat { values: buf, start: 0, row_stride: lb, col_stride: 1 };
+                let rhs = Mat { values: &right, start: sb * w, row_stride: w, col_stride: 1 };
+                gemm(la, lb, w, e, rhs, 1.0, acc, (sa * w, w), true);
+                if a != b {
+                    let et = Mat { values: buf, start: 0, row_stride: 1, col_stride: lb };
+                    let rhs = Mat { values: &right, start: sa * w, row_stride: w, col_stride: 1 };
+                    gemm(lb, la, w, et, rhs, 1.0, acc, (sb * w, w), true);
+                }
+            },
+        )
+        .into_iter()
+        .map(|(acc, _)| acc)
+        .collect()
+    };
+    // The workers' sums in worker order, then phi_i = (1/n) [sum_i - 2c x_i rowsum_i].
+    let mut total = vec![0.0f32; n * w];
+    for part in &parts {
+        total.iter_mut().zip(part).for_each(|(t, p)| *t += p);
+    }
+    let inv_n = 1.0 / n as f32;
+    let phi: Vec<f32> = total
+        .chunks_exact(w)
+        .zip(set.rows.chunks_exact(dim))
+        .flat_map(|(sum, xr)| {
+            let rowsum = sum[dim];
+            sum[..dim].iter().zip(xr).map(move |(v, x)| (v - x * (rowsum * two_rate)) * inv_n)
+        })
+        .collect();
+    Some(Tensor::from_data(TensorData::new(phi, [n, dim]), &device))
+}
+
+/// The median of the squared distances of `pairs` seeded pairs of points (the draws of
+/// [`super::sampled_pair_median_sq`], on the host).
+fn sampled_median(set: &HostSet, pairs: usize, seed: u64) -> f32 {
+    let mut draw = SplitMix::new(seed, set.n);
+    let mut values: Vec<f32> = (0..pairs)
+        .map(|_| {
+            let (a, b) = (draw.index(), draw.index());
+            set.distance(a, b)
+        })
+        .collect();
+    median_by_selection(&mut values).unwrap_or(0.0)
+}
+
+/// One tile of the fused few-dimensions path: the centred columns `[dim, n]`, the right-hand
+/// matrix's columns `[dim + 1, n]` and the rate `c`.
+struct FusedTile<'a> {
+    cols: &'a [f32],
+    right: &'a [f32],
+    n: usize,
+    dim: usize,
+    rate: f32,
+}
+
+impl FusedTile<'_> {
+    /// Adds the tile `(a, b)`'s products to the column-major sums `acc` `[dim + 1, n]`: its rows'
+    /// `K_ab R_b` to block `a` and, off the diagonal, `K_ab^T R_a` to block `b`; `row` is scratch.
+    fn run(
+        &self,
+        a: (usize, usize),
+        b: (usize, usize),
+        diagonal: bool,
+        acc: &mut [f32],
+        row: &mut Vec<f32>,
+        avx: bool,
+    ) {
+        row.resize(b.1, 0.0);
+        #[cfg(target_arch = "x86_64")]
+        if avx {
+            // SAFETY: the CPU has AVX2 and FMA (`has_avx2_fma`, checked by the caller).
+            unsafe { self.run_avx2(a, b, diagonal, acc, row) };
+            return;
+        }
+        let _ = avx;
+        self.rows::<false>(a, b, diagonal, acc, row);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    fn run_avx2(&self, a: (usize, usize), b: (usize, usize), diagonal: bool, acc: &mut [f32], row: &mut [f32]) {
+        self.rows::<true>(a, b, diagonal, acc, row);
+    }
+
+    /// The tile row by row: `e_j = exp(c |x_i - x_j|^2)` for the row's `j` in block `b`, then
+    /// `acc[:, i] += e . R_b` and `acc[:, b] += e R_i`, each a loop over `j` that vectorises.
+    #[inline(always)]
+    fn rows<const FMA: bool>(
+        &self,
+        (sa, la): (usize, usize),
+        (sb, lb): (usize, usize),
+        diagonal: bool,
+        acc: &mut [f32],
+        row: &mut [f32],
+    ) {
+        let (n, dim, w) = (self.n, self.dim, self.dim + 1);
+        let e = &mut row[..lb];
+        let mut sums = [0.0f32; FUSED_MAX_DIM + 1];
+        for i in sa..sa + la {
+            e.fill(0.0);
+            for k in 0..dim {
+                let xi = self.cols[k * n + i];
+                for (v, &xj) in e.iter_mut().zip(&self.cols[k * n + sb..][..lb]) {
+                    let t = xi - xj;
+                    *v = madd::<FMA>(t, t, *v);
+                }
+            }
+            let rate = self.rate;
+            if FMA {
+                e.iter_mut().for_each(|v| *v = exp_f32_fma(*v * rate));
+            } else {
+                e.iter_mut().for_each(|v| *v = exp_f32(*v * rate));
+            }
+            for (k, sum) in sums[..w].iter_mut().enumerate() {
+                *sum = dot::<FMA>(e, &self.right[k * n + sb..][..lb]);
+            }
+            for (k, &sum) in sums[..w].iter().enumerate() {
+                acc[k * n + i] += sum;
+            }
+            if !diagonal {
+                for k in 0..w {
+                    let r = self.right[k * n + i];
+                    for (s, &v) in acc[k * n + sb..][..lb].iter_mut().zip(e.iter()) {
+                        *s = madd::<FMA>(v, r, *s);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `a b + c`, fused where the caller is compiled for FMA (see [`parvi_model::fastmath`]).
+#[inline(always)]
+fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
+    if FMA { a.mul_add(b, c) } else { a * b + c }
+}
+
+/// `sum_j a_j b_j` in sixteen partial sums (two vector registers), so that the compiler may
+/// keep them in lanes: one running sum is a chain of additions it may not reorder.
+#[inline(always)]
+fn dot<const FMA: bool>(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 16];
+    let (ca, cb) = (a.chunks_exact(16), b.chunks_exact(16));
+    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in ca.zip(cb) {
+        for l in 0..16 {
+            acc[l] = madd::<FMA>(x[l], y[l], acc[l]);
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// A matrix operand of [`gemm`]: its first element and (row, column) strides in `values`.
+#[derive(Clone, Copy)]
+struct Mat<'a> {
+    values: &'a [f32],
+    start: usize,
+    row_stride: usize,
+    col_stride: usize,
+}
+
+impl Mat<'_> {
+    fn fits(&self, rows: usize, cols: usize) -> bool {
+        rows == 0
+            || cols == 0
+            || self.start + (rows - 1) * self.row_stride + (cols - 1) * self.col_stride < self.values.len()
+    }
+}
+
+/// `out[dst] = accumulate out[dst] + scale lhs rhs` for `lhs` `[m, k]`, `rhs` `[k, p]`, `dst` the
+/// row-major `[m, p]` block at `(start, row_stride)` of `out`; single-threaded (the tiles are
+/// shared among the workers instead).
+#[allow(clippy::too_many_arguments)]
+fn gemm(
+    m: usize,
+    k: usize,
+    p: usize,
+    lhs: Mat<'_>,
+    rhs: Mat<'_>,
+    scale: f32,
+    out: &mut [f32],
+    (start, row_stride): (usize, usize),
+    accumulate: bool,
+) {
+    let dst_fits = m == 0 || p == 0 || start + (m - 1) * row_stride + p - 1 < out.len();
+    assert!(lhs.fits(m, k) && rhs.fits(k, p) && dst_fits, "kernel tile product out of bounds ({m}x{k} times {k}x{p})");
+    if m == 0 || p == 0 {
+        return;
+    }
+    // SAFETY: every element the three (start, strides, extent) triples address lies inside its
+    // slice (checked above); `out` is borrowed mutably, so it overlaps neither operand.
+    unsafe {
+        gemm::gemm(
+            m,
+            p,
+            k,
+            out.as_mut_ptr().add(start),
+            1,
+            row_stride as isize,
+            accumulate,
+            lhs.values.as_ptr().add(lhs.start),
+            lhs.col_stride as isize,
+            lhs.row_stride as isize,
+            rhs.values.as_ptr().add(rhs.start),
+            rhs.col_stride as isize,
+            rhs.row_stride as isize,
+            1.0,
+            scale,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
+    }
+}
