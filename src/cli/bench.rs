@@ -201,7 +201,11 @@ fn speed(args: SpeedArgs) -> Result<()> {
                     Ok(jax) => {
                         println!(
                             "{:<28} {:<8} {:>9} {:>10.3} {:>14}",
-                            "jax-jit-bnn-boston", "jax-cpu", BNN_PARTICLES, jax.ms_per_step, format!("{reference:.3}")
+                            "jax-jit-bnn-boston",
+                            "jax-cpu",
+                            BNN_PARTICLES,
+                            jax.ms_per_step,
+                            format!("{reference:.3}")
                         );
                         println!(
                             "  parvi / JAX: {:.2} (jax {}, {}; its particles after {} steps within {:.1e} of the \

@@ -25,7 +25,13 @@ pub struct JaxStep {
 
 /// Times the jitted JAX step (median over `repeats` runs of `steps` steps, after a compiling
 /// run); an error says why it could not run (no python3, no jax).
-pub fn time_step(data: &TrainingData, start: &Particles, steps: usize, repeats: usize, batch: usize) -> Result<JaxStep> {
+pub fn time_step(
+    data: &TrainingData,
+    start: &Particles,
+    steps: usize,
+    repeats: usize,
+    batch: usize,
+) -> Result<JaxStep> {
     let (lr, alpha, fudge) = (1e-3f32, 0.9f32, 1e-6f32);
     let mut stream = BatchStream::new(data.y.len(), batch, BatchOrder::Cycle, 0).context("batch stream")?;
     let batches: Vec<Vec<usize>> = (0..steps).map(|_| stream.next_indices()).collect();

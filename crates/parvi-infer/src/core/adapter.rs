@@ -229,7 +229,8 @@ impl StepAdapter for AdagradMomentum {
     fn delta(&mut self, phi: Tensor<2>) -> Tensor<2> {
         let lr = self.schedule.rate(self.lr, self.t);
         // One fused pass on a CPU backend (`adagrad_momentum`), the same arithmetic elsewhere.
-        let (delta, hist) = parvi_model::tensor_ops::adagrad_momentum(phi, self.hist.take(), self.alpha, self.fudge, lr);
+        let (delta, hist) =
+            parvi_model::tensor_ops::adagrad_momentum(phi, self.hist.take(), self.alpha, self.fudge, lr);
         self.hist = Some(hist);
         self.t += 1;
         delta

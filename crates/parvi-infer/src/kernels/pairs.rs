@@ -120,7 +120,14 @@ fn tile_side(budget: usize) -> usize {
 /// How many threads share the tiles: the machine's cores on a CPU backend, one elsewhere (a GPU
 /// queue gains nothing from several submitting threads).
 fn workers(device: &Device, tiles: usize) -> usize {
-    let cores = if cpu::is_cpu(device) { std::thread::available_parallelism().map_or(1, |c| c.get()) } else { 1 };
+    // The count is read once: `available_parallelism` opens the cgroup files at every call (about
+    // 20 us, most of a small direction's cost).
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let cores = if tiles > 1 && cpu::is_cpu(device) {
+        *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |c| c.get()))
+    } else {
+        1
+    };
     cores.min(tiles).max(1)
 }
 

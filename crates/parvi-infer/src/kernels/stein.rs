@@ -9,7 +9,7 @@ use parvi_model::tensor_ops::{median_on_host, pairwise_sq_dists};
 
 use crate::InferError;
 use crate::core::shard::not_shardable;
-use crate::kernels::pairs::{DENSE_MAX_POINTS, PairTiles, pair_median_sq, svgd_direction_cpu, svgd_direction_tiled};
+use crate::kernels::pairs::{DENSE_MAX_POINTS, PairTiles, pair_median_sq, svgd_direction_tiled};
 use crate::kernels::{Kernel, RadialEval, linear_direction, linear_stein_kernel};
 
 /// The (weighted) Stein variational direction at the targets `y`:
@@ -84,11 +84,6 @@ pub fn svgd_direction(kernel: &dyn Kernel, x: Tensor<2>, s: Tensor<2>) -> Tensor
     if n > DENSE_MAX_POINTS
         && let Some(phi) = svgd_direction_tiled(kernel, x.clone(), s.clone(), &PairTiles::for_budget(n))
     {
-        return phi;
-    }
-    // A few particles on a CPU backend: the whole matrix as one native tile (no tensor
-    // operation per piece of the direction, which dominate at this size).
-    if let Some(phi) = svgd_direction_cpu(kernel, x.clone(), s.clone(), &PairTiles::new(n, n)) {
         return phi;
     }
     svgd_direction_dense(kernel, x, s)

@@ -50,12 +50,19 @@ struct HostSet {
 
 impl HostSet {
     fn new(x: &[f32], n: usize, dim: usize) -> Self {
-        let mut mean = vec![0.0f64; dim];
+        // Any centre keeps the distances; one near the mean keeps the norms small. An `f32` sum
+        // (vectorised over the coordinates) is near enough.
+        let mut mean = vec![0.0f32; dim];
         for row in x.chunks_exact(dim) {
-            mean.iter_mut().zip(row).for_each(|(m, &v)| *m += f64::from(v));
+            mean.iter_mut().zip(row).for_each(|(m, &v)| *m += v);
         }
-        let mean: Vec<f32> = mean.iter().map(|m| (m / n as f64) as f32).collect();
-        let rows: Vec<f32> = x.chunks_exact(dim).flat_map(|r| r.iter().zip(&mean).map(|(v, m)| v - m)).collect();
+        mean.iter_mut().for_each(|m| *m /= n as f32);
+        // Loops over preallocated buffers: a `flat_map` collect cannot size its buffer and was
+        // most of a 20-particle direction's time.
+        let mut rows = x.to_vec();
+        for row in rows.chunks_exact_mut(dim) {
+            row.iter_mut().zip(&mean).for_each(|(v, m)| *v -= m);
+        }
         let norms = rows.chunks_exact(dim).map(|r| r.iter().map(|v| v * v).sum()).collect();
         let cols = if dim <= FUSED_MAX_DIM { transpose(&rows, n, dim) } else { Vec::new() };
         Self { n, dim, rows, cols, norms }
@@ -149,11 +156,10 @@ pub(super) fn rbf_direction(kernel: &dyn Kernel, x: &Tensor<2>, s: &Tensor<2>, t
     let w = dim + 1;
     let two_rate = 2.0 * rate;
     // The right-hand matrix [S + 2c X, 1]: one product gives K (S + 2c X) and K's row sums.
-    let right: Vec<f32> = scores
-        .chunks_exact(dim)
-        .zip(set.rows.chunks_exact(dim))
-        .flat_map(|(sr, xr)| sr.iter().zip(xr).map(|(s, x)| s + two_rate * x).chain(std::iter::once(1.0)))
-        .collect(); // [n, w]
+    let mut right = vec![1.0f32; n * w]; // [n, w]
+    for ((rr, sr), xr) in right.chunks_exact_mut(w).zip(scores.chunks_exact(dim)).zip(set.rows.chunks_exact(dim)) {
+        rr[..dim].iter_mut().zip(sr.iter().zip(xr)).for_each(|(r, (s, x))| *r = s + two_rate * x);
+    }
     let avx = has_avx2_fma();
     let parts = if fused {
         let right = transpose(&right, n, w); // [w, n]
@@ -203,14 +209,11 @@ pub(super) fn rbf_direction(kernel: &dyn Kernel, x: &Tensor<2>, s: &Tensor<2>, t
         total.iter_mut().zip(part).for_each(|(t, p)| *t += p);
     }
     let inv_n = 1.0 / n as f32;
-    let phi: Vec<f32> = total
-        .chunks_exact(w)
-        .zip(set.rows.chunks_exact(dim))
-        .flat_map(|(sum, xr)| {
-            let rowsum = sum[dim];
-            sum[..dim].iter().zip(xr).map(move |(v, x)| (v - x * (rowsum * two_rate)) * inv_n)
-        })
-        .collect();
+    let mut phi = vec![0.0f32; n * dim];
+    for ((p, sum), xr) in phi.chunks_exact_mut(dim).zip(total.chunks_exact(w)).zip(set.rows.chunks_exact(dim)) {
+        let spread = sum[dim] * two_rate;
+        p.iter_mut().zip(sum.iter().zip(xr)).for_each(|(p, (v, x))| *p = (v - x * spread) * inv_n);
+    }
     Some(Tensor::from_data(TensorData::new(phi, [n, dim]), &device))
 }
 
@@ -249,7 +252,15 @@ struct FusedTile<'a> {
 impl FusedTile<'_> {
     /// Adds the tile `(a, b)`'s products to the column-major sums `acc` `[dim + 1, n]`: its rows'
     /// `K_ab R_b` to block `a` and, off the diagonal, `K_ab^T R_a` to block `b`.
-    fn run(&self, a: (usize, usize), b: (usize, usize), diagonal: bool, acc: &mut [f32], scratch: &mut Scratch, avx: bool) {
+    fn run(
+        &self,
+        a: (usize, usize),
+        b: (usize, usize),
+        diagonal: bool,
+        acc: &mut [f32],
+        scratch: &mut Scratch,
+        avx: bool,
+    ) {
         let (w, lb) = (self.dim + 1, b.1);
         scratch.row.resize(lb, 0.0);
         scratch.columns.clear();
@@ -260,12 +271,12 @@ impl FusedTile<'_> {
             // SAFETY: the CPU has AVX2 and FMA (`has_avx2_fma`, checked by the caller).
             unsafe { self.run_avx2(a, b, diagonal, acc, row, columns) };
         } else {
-            self.dispatch::<false>(a, b, diagonal, acc, row, columns);
+            self.rows::<false>(a, b, diagonal, acc, row, columns);
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
             let _ = avx;
-            self.dispatch::<false>(a, b, diagonal, acc, row, columns);
+            self.rows::<false>(a, b, diagonal, acc, row, columns);
         }
         if !diagonal {
             for (k, sums) in columns.chunks_exact(lb).enumerate() {
@@ -285,97 +296,7 @@ impl FusedTile<'_> {
         row: &mut [f32],
         columns: &mut [f32],
     ) {
-        self.dispatch::<true>(a, b, diagonal, acc, row, columns);
-    }
-
-    /// The rows of the tile by the loop for this dimension: a single pass per row, in registers,
-    /// for 1 to 4 dimensions; passes over the row in more.
-    #[inline(always)]
-    fn dispatch<const FMA: bool>(
-        &self,
-        a: (usize, usize),
-        b: (usize, usize),
-        diagonal: bool,
-        acc: &mut [f32],
-        row: &mut [f32],
-        columns: &mut [f32],
-    ) {
-        match self.dim {
-            1 => self.rows_fixed::<1, 2, FMA>(a, b, diagonal, acc, columns),
-            2 => self.rows_fixed::<2, 3, FMA>(a, b, diagonal, acc, columns),
-            3 => self.rows_fixed::<3, 4, FMA>(a, b, diagonal, acc, columns),
-            4 => self.rows_fixed::<4, 5, FMA>(a, b, diagonal, acc, columns),
-            _ => self.rows::<FMA>(a, b, diagonal, acc, row, columns),
-        }
-    }
-
-    /// [`FusedTile::rows`] for `D` dimensions (`W = D + 1` right-hand columns) known at compile
-    /// time: eight pairs at a time, the distances, the `exp` and both products in one pass with
-    /// the eight kernel values in a vector register (no row buffer written and read back).
-    #[inline(always)]
-    fn rows_fixed<const D: usize, const W: usize, const FMA: bool>(
-        &self,
-        (sa, la): (usize, usize),
-        (sb, lb): (usize, usize),
-        diagonal: bool,
-        acc: &mut [f32],
-        columns: &mut [f32],
-    ) {
-        const L: usize = 8;
-        let (n, rate) = (self.n, self.rate);
-        let xcols: [&[f32]; D] = std::array::from_fn(|k| &self.cols[k * n + sb..][..lb]);
-        let rcols: [&[f32]; W] = std::array::from_fn(|k| &self.right[k * n + sb..][..lb]);
-        let chunks = lb / L;
-        for i in sa..sa + la {
-            let xi: [f32; D] = std::array::from_fn(|k| self.cols[k * n + i]);
-            let ri: [f32; W] = std::array::from_fn(|k| self.right[k * n + i]);
-            let mut dots = [[0.0f32; L]; W];
-            for c in 0..chunks {
-                let j = c * L;
-                let mut e = [0.0f32; L];
-                for k in 0..D {
-                    let xs: &[f32; L] = xcols[k][j..j + L].try_into().expect("a chunk of eight");
-                    for l in 0..L {
-                        let t = xi[k] - xs[l];
-                        e[l] = madd::<FMA>(t, t, e[l]);
-                    }
-                }
-                for v in &mut e {
-                    *v = if FMA { exp_f32_fma(*v * rate) } else { exp_f32(*v * rate) };
-                }
-                for k in 0..W {
-                    let rs: &[f32; L] = rcols[k][j..j + L].try_into().expect("a chunk of eight");
-                    for l in 0..L {
-                        dots[k][l] = madd::<FMA>(e[l], rs[l], dots[k][l]);
-                    }
-                }
-                if !diagonal {
-                    for (k, sums) in columns.chunks_exact_mut(lb).enumerate() {
-                        let cs: &mut [f32; L] = (&mut sums[j..j + L]).try_into().expect("a chunk of eight");
-                        for l in 0..L {
-                            cs[l] = madd::<FMA>(e[l], ri[k], cs[l]);
-                        }
-                    }
-                }
-            }
-            // The last lb mod 8 pairs one at a time.
-            let mut tail = [0.0f32; W];
-            for j in chunks * L..lb {
-                let r2: f32 = (0..D).map(|k| (xi[k] - xcols[k][j]) * (xi[k] - xcols[k][j])).sum();
-                let e = if FMA { exp_f32_fma(r2 * rate) } else { exp_f32(r2 * rate) };
-                for k in 0..W {
-                    tail[k] += e * rcols[k][j];
-                }
-                if !diagonal {
-                    for (k, sums) in columns.chunks_exact_mut(lb).enumerate() {
-                        sums[j] += e * ri[k];
-                    }
-                }
-            }
-            for k in 0..W {
-                acc[k * n + i] += dots[k].iter().sum::<f32>() + tail[k];
-            }
-        }
+        self.rows::<true>(a, b, diagonal, acc, row, columns);
     }
 
     /// The tile row by row: `e_j = exp(c |x_i - x_j|^2)` for the row's `j` in block `b`, then
@@ -554,8 +475,7 @@ mod tests {
         got.iter().zip(want).fold(0.0f64, |m, (a, b)| m.max((f64::from(*a) - b).abs())) / scale
     }
 
-    /// Both native paths (differences in few dimensions, in registers for 1 to 4 and in passes
-    /// above; `gemm` in many), on several tiles with ragged edges, keep to `f32` precision of
+    /// Both native paths (differences in few dimensions, `gemm` in many), on several tiles with ragged edges, keep to `f32` precision of
     /// the `f64` reference at a fixed bandwidth, and give the dense tensor direction to its
     /// rounding under the median rule.
     #[test]
@@ -573,10 +493,8 @@ mod tests {
             assert!(err < bound, "n {n}, dim {dim}: native tiles vs the f64 reference {err}");
             let median = Rbf::median();
             let got = to_vec_f32(&rbf_direction(&median, &x, &s, &tiles).unwrap());
-            let want: Vec<f64> = to_vec_f32(&svgd_direction_dense(&median, x.clone(), s.clone()))
-                .into_iter()
-                .map(f64::from)
-                .collect();
+            let want: Vec<f64> =
+                to_vec_f32(&svgd_direction_dense(&median, x.clone(), s.clone())).into_iter().map(f64::from).collect();
             let err = gap(&got, &want);
             assert!(err < 1e-4, "n {n}, dim {dim}: native tiles vs dense under the median rule {err}");
         }
