@@ -27,8 +27,9 @@ const HIGHEST: f32 = 88.8;
 /// `1.5 2^23`: adding it rounds a float of magnitude below `2^22` to the nearest integer, which
 /// then sits in the low bits of the sum's mantissa.
 const ROUNDER: f32 = 12_582_912.0;
-/// Cephes' coefficients of `(e^r - 1 - r) / r^2` on `[-ln 2 / 2, ln 2 / 2]`, highest first.
-const POLY: [f32; 6] = [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 5.000_000_1e-1];
+/// Cephes' coefficients of `(e^r - 1 - r) / r^2` on `[-ln 2 / 2, ln 2 / 2]`, highest first (the
+/// last, 0.50000001201, is 0.5 in `f32`).
+const POLY: [f32; 6] = [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5];
 
 /// `a b + c`, fused (one rounding) where the caller's target has FMA instructions, else two
 /// roundings: `f32::mul_add` without hardware FMA is a slow library call that stops
