@@ -55,61 +55,9 @@ pub fn to_vec_f64<const D: usize>(x: &Tensor<D>) -> Vec<f64> {
     to_vec_f32(x).into_iter().map(f64::from).collect()
 }
 
-/// Whether every entry is finite: on a CPU backend one read of the values (three tensor
-/// operations cost more than the check at the sizes of a step), elsewhere a host read of one
-/// boolean.
+/// Whether every entry is finite (a host read of one boolean).
 pub fn all_finite<const D: usize>(x: &Tensor<D>) -> bool {
-    if on_cpu(&x.device()) {
-        return to_vec_f32(x).iter().all(|v| v.is_finite());
-    }
     x.clone().is_finite().all().into_scalar::<bool>()
-}
-
-/// Whether `device` computes on this machine's CPU (flex or ndarray, with or without autodiff),
-/// where a tensor's values are one copy away.
-pub fn on_cpu(device: &burn::tensor::Device) -> bool {
-    let inner = device.clone().inner();
-    #[allow(deprecated)]
-    let cpu = inner == burn::tensor::Device::flex() || inner == burn::tensor::Device::ndarray();
-    cpu
-}
-
-/// Liu & Wang's AdaGrad with momentum, one step: `hist = alpha hist + (1 - alpha) phi^2` (`phi^2`
-/// at the first step, `hist = None`), `delta = lr phi / (fudge + sqrt(hist))`; returns `(delta,
-/// hist)`. On a CPU backend one pass over host copies instead of eight tensor operations, each
-/// with its own allocation (about half the update's time on a 20 x 753 particle set).
-pub fn adagrad_momentum(
-    phi: Tensor<2>,
-    hist: Option<Tensor<2>>,
-    alpha: f64,
-    fudge: f64,
-    lr: f64,
-) -> (Tensor<2>, Tensor<2>) {
-    let device = phi.device();
-    if on_cpu(&device) && !phi.is_tracked() && hist.as_ref().is_none_or(|h| !h.is_tracked()) {
-        let dims = phi.dims();
-        let g = to_vec_f32(&phi);
-        let mut h = hist.as_ref().map_or_else(|| vec![0.0; g.len()], to_vec_f32);
-        let (a, b) = if hist.is_some() { (alpha as f32, (1.0 - alpha) as f32) } else { (0.0, 1.0) };
-        let (fudge, lr) = (fudge as f32, lr as f32);
-        let delta: Vec<f32> = g
-            .iter()
-            .zip(h.iter_mut())
-            .map(|(&g, h)| {
-                *h = a * *h + b * (g * g);
-                lr * (g / (h.sqrt() + fudge))
-            })
-            .collect();
-        let tensor = |v: Vec<f32>| Tensor::from_data(TensorData::new(v, dims), &device);
-        return (tensor(delta), tensor(h));
-    }
-    let g2 = phi.clone().square();
-    let hist = match hist {
-        None => g2,
-        Some(h) => h.mul_scalar(alpha) + g2.mul_scalar(1.0 - alpha),
-    };
-    let delta = phi / hist.clone().sqrt().add_scalar(fudge);
-    (delta.mul_scalar(lr), hist)
 }
 
 /// Whether `device` computes in `f64` correctly, not only whether it accepts the dtype.

@@ -227,13 +227,16 @@ struct AdagradMomentum {
 
 impl StepAdapter for AdagradMomentum {
     fn delta(&mut self, phi: Tensor<2>) -> Tensor<2> {
+        let g2 = phi.clone().square();
+        let hist = match self.hist.take() {
+            None => g2,
+            Some(h) => h.mul_scalar(self.alpha) + g2.mul_scalar(1.0 - self.alpha),
+        };
         let lr = self.schedule.rate(self.lr, self.t);
-        // One fused pass on a CPU backend (`adagrad_momentum`), the same arithmetic elsewhere.
-        let (delta, hist) =
-            parvi_model::tensor_ops::adagrad_momentum(phi, self.hist.take(), self.alpha, self.fudge, lr);
+        let delta = phi / hist.clone().sqrt().add_scalar(self.fudge);
         self.hist = Some(hist);
         self.t += 1;
-        delta
+        delta.mul_scalar(lr)
     }
 
     fn save(&self, state: &mut EngineState, prefix: &str) {

@@ -464,12 +464,3 @@ pub fn svgd_direction_tiled(kernel: &dyn Kernel, x: Tensor<2>, s: Tensor<2>, til
 fn with_linear_part(kernel: &dyn Kernel, phi: Tensor<2>, x: Tensor<2>, s: Tensor<2>) -> Tensor<2> {
     if kernel.linear_features() { phi + linear_direction(x.clone(), s, x, None) } else { phi }
 }
-
-/// SVGD's direction on a CPU backend from native loops over the tiles `tiles`, for a kernel
-/// with a constant rate `f' = c f` (the RBF with a median or fixed bandwidth): `None` elsewhere
-/// (another device, the IMQ, a learnable bandwidth). With one tile (`PairTiles::new(n, n)`) it
-/// is the dense direction of a few particles without a tensor operation per step of it.
-pub fn svgd_direction_cpu(kernel: &dyn Kernel, x: Tensor<2>, s: Tensor<2>, tiles: &PairTiles) -> Option<Tensor<2>> {
-    let phi = cpu::rbf_direction(kernel, &x, &s, tiles)?;
-    Some(with_linear_part(kernel, phi, x, s))
-}
