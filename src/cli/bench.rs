@@ -18,6 +18,7 @@ use super::write_atomic;
 use parvi_bench::handwritten::{BnnShape, HandwrittenSvgd};
 use parvi_infer::{EngineSpec, MethodConfig};
 
+mod jax;
 mod scaling;
 
 #[derive(Subcommand, Debug)]
@@ -159,6 +160,7 @@ fn speed(args: SpeedArgs) -> Result<()> {
     let kernel = super::method::kernel_from_name(&args.kernel, None)?;
     let mut timing = Timing { steps: args.steps, repeats: args.repeats, guard_every: 1, kernel };
     let mut rows = Vec::new();
+    let (mut jax_done, mut jax_rows) = (false, Vec::new());
     println!("{:<28} {:<8} {:>9} {:>10} {:>14}", "workload", "backend", "particles", "ms/step", "reference ms");
     let mut emit = |row: SpeedRow| {
         let reference = row.reference_ms_per_step.map_or(String::new(), |r| format!("{r:.3}"));
@@ -192,6 +194,41 @@ fn speed(args: SpeedArgs) -> Result<()> {
             let ms = timing.engine("svgd", &bnn, &bnn_start, Some(BATCH))?;
             let reference = timing.handwritten(&boston, &bnn_start)?;
             emit(row("svgd-bnn-boston".into(), BNN_PARTICLES, bnn.dim(), ms, Some(reference)));
+            // The same step hand-fused and jit-compiled in JAX (CPU), when python3 has jax.
+            if !jax_done {
+                jax_done = true;
+                match jax::time_step(&boston, &bnn_start, timing.steps, timing.repeats, BATCH) {
+                    Ok(jax) => {
+                        println!(
+                            "{:<28} {:<8} {:>9} {:>10.3} {:>14}",
+                            "jax-jit-bnn-boston",
+                            "jax-cpu",
+                            BNN_PARTICLES,
+                            jax.ms_per_step,
+                            format!("{reference:.3}")
+                        );
+                        println!(
+                            "  parvi / JAX: {:.2} (jax {}, {}; its particles after {} steps within {:.1e} of the \
+                             hand-written step's)",
+                            ms / jax.ms_per_step,
+                            jax.version,
+                            jax.device,
+                            timing.steps,
+                            jax.max_difference
+                        );
+                        jax_rows.push(SpeedRow {
+                            workload: "jax-jit-bnn-boston".into(),
+                            backend: "jax-cpu".into(),
+                            particles: BNN_PARTICLES,
+                            dim: bnn.dim(),
+                            ms_per_step: jax.ms_per_step,
+                            reference_ms_per_step: Some(reference),
+                            peak_rss_mb: None,
+                        });
+                    }
+                    Err(e) => println!("{:<28} {:<8} skipped: {e:#}", "jax-jit-bnn-boston", "jax-cpu"),
+                }
+            }
             // The same network with its layers built from plain tensor ops (a dozen autodiff
             // nodes per layer instead of one fused node): what the fused layers save.
             let config = BnnConfig { layer_ops: LayerOps::Plain, ..BnnConfig::default() };
@@ -229,6 +266,7 @@ fn speed(args: SpeedArgs) -> Result<()> {
             }
         }
     }
+    rows.extend(jax_rows);
     if args.scaling {
         scaling::table(&args, &backends, &mut rows)?;
     }

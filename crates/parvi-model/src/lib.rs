@@ -13,6 +13,7 @@ pub mod backend;
 pub mod density;
 pub mod dist;
 pub mod error;
+pub mod fastmath;
 pub mod fused;
 pub mod grad;
 pub mod hmm;

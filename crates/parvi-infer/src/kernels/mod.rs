@@ -17,7 +17,7 @@ pub use moment::{MomentMatching, linear_direction, linear_stein_kernel};
 pub(crate) use multi::validate_scales;
 pub use multi::{BaseProfiles, MultiKernel, validate_bandwidths};
 pub use pairs::{
-    DENSE_MAX_POINTS, EXACT_MEDIAN_MAX_POINTS, MEDIAN_SAMPLE_MIN_PAIRS, MEDIAN_SAMPLE_PAIRS, PairTiles,
+    DENSE_MAX_POINTS, EXACT_MEDIAN_MAX_POINTS, FUSED_MAX_DIM, MEDIAN_SAMPLE_MIN_PAIRS, MEDIAN_SAMPLE_PAIRS, PairTiles,
     TILE_BUDGET_BYTES, median_is_exact, median_sample_pairs, pair_median_sq, sampled_pair_median_sq,
     svgd_direction_tiled,
 };

@@ -13,6 +13,10 @@ use parvi_model::tensor_ops::{median_by_selection, to_vec_f32};
 
 use crate::kernels::{Kernel, linear_direction};
 
+mod cpu;
+
+pub use cpu::FUSED_MAX_DIM;
+
 /// Above this many points the median of the squared pair distances is always estimated from a
 /// sample of pairs (the exact one reads the `n (n - 1) / 2` pairs to the host: 32 MiB here).
 /// See [`median_is_exact`].
@@ -116,10 +120,14 @@ fn tile_side(budget: usize) -> usize {
 /// How many threads share the tiles: the machine's cores on a CPU backend, one elsewhere (a GPU
 /// queue gains nothing from several submitting threads).
 fn workers(device: &Device, tiles: usize) -> usize {
-    let inner = device.clone().inner();
-    #[allow(deprecated)]
-    let cpu = inner == Device::flex() || inner == Device::ndarray();
-    let cores = if cpu { std::thread::available_parallelism().map_or(1, |c| c.get()) } else { 1 };
+    // The count is read once: `available_parallelism` opens the cgroup files at every call (about
+    // 20 us, most of a small direction's cost).
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let cores = if tiles > 1 && cpu::is_cpu(device) {
+        *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |c| c.get()))
+    } else {
+        1
+    };
     cores.min(tiles).max(1)
 }
 
@@ -212,7 +220,7 @@ pub fn pair_median_sq(x: &Tensor<2>) -> f32 {
         let workers = workers(&x.device(), upper.len());
         let blocks = Blocks::new(x, &tiles, workers);
         let kept = map_indexed(upper.len(), workers, |t| blocks.distances(upper[t]));
-        median_of_tiles(&tiles, &upper, &kept, workers)
+        median_of_tiles(&tiles, &upper, workers, |t| to_vec_f32(&kept[t]))
     } else {
         sampled_pair_median_sq(x, median_sample_pairs(dim), MEDIAN_SAMPLE_SEED)
     }
@@ -222,12 +230,17 @@ pub fn pair_median_sq(x: &Tensor<2>) -> f32 {
 /// included, from the tiles `I <= J`. Sorted, the `n^2` values are the `n` zeros and then every
 /// pair `i < j` twice, so the value at rank `t >= n` is the `(t - n) / 2`-th smallest of the
 /// `n (n - 1) / 2` pairs: only those are read (by the workers, each from its own tiles) and
-/// selected from.
-fn median_of_tiles(tiles: &PairTiles, upper: &[(usize, usize)], kept: &[Tensor<2>], workers: usize) -> f32 {
+/// selected from. `values(t)` gives tile `upper[t]`'s distances, row-major.
+fn median_of_tiles(
+    tiles: &PairTiles,
+    upper: &[(usize, usize)],
+    workers: usize,
+    values: impl Fn(usize) -> Vec<f32> + Sync,
+) -> f32 {
     let n = tiles.n;
     let parts = share_tiles(upper.len(), workers, Vec::new, |t, acc: &mut Vec<f32>| {
         let (a, b) = upper[t];
-        let values = to_vec_f32(&kept[t]);
+        let values = values(t);
         if a != b {
             acc.extend_from_slice(&values);
         } else {
@@ -266,17 +279,8 @@ pub fn sampled_pair_median_sq(x: &Tensor<2>, pairs: usize, seed: u64) -> f32 {
     if n == 0 || pairs == 0 {
         return 0.0;
     }
-    // SplitMix64 (Steele, Lea & Flood 2014): a tenth of the cost of the engines' ChaCha stream
-    // for these throwaway indices; an index is the high word of `z * n` (bias below n / 2^64).
-    let mut state = seed;
-    let mut draw = || {
-        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        ((u128::from(z) * n as u128) >> 64) as i64
-    };
+    let mut pairs_drawn = SplitMix::new(seed, n);
+    let mut draw = || pairs_drawn.index() as i64;
     let chunk = (MEDIAN_CHUNK_BYTES / (8 * dim.max(1))).clamp(1, pairs);
     let device = x.device();
     let mut values = Vec::with_capacity(pairs);
@@ -290,6 +294,30 @@ pub fn sampled_pair_median_sq(x: &Tensor<2>, pairs: usize, seed: u64) -> f32 {
         done += len;
     }
     median_by_selection(&mut values).unwrap_or(0.0)
+}
+
+/// SplitMix64 (Steele, Lea & Flood 2014): a tenth of the cost of the engines' ChaCha stream
+/// for the sampled median's throwaway indices; an index is the high word of `z * n` (bias below
+/// `n / 2^64`).
+struct SplitMix {
+    state: u64,
+    n: usize,
+}
+
+impl SplitMix {
+    fn new(seed: u64, n: usize) -> Self {
+        Self { state: seed, n }
+    }
+
+    /// The next index below `n`.
+    fn index(&mut self) -> usize {
+        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        ((u128::from(z) * self.n as u128) >> 64) as usize
+    }
 }
 
 #[derive(Clone)]
@@ -347,6 +375,10 @@ impl BlockSums {
 /// `S + 2c X`. Other kernels give `(1/n) [K S + 2 (K' X - X * rowsum(K'))]`, `K' = f'(r^2)`.
 /// A kernel with linear features adds their part ([`linear_direction`]).
 pub fn svgd_direction_tiled(kernel: &dyn Kernel, x: Tensor<2>, s: Tensor<2>, tiles: &PairTiles) -> Option<Tensor<2>> {
+    // On a CPU backend an RBF-type kernel runs as native loops over the tiles (`cpu`).
+    if let Some(phi) = cpu::rbf_direction(kernel, &x, &s, tiles) {
+        return Some(with_linear_part(kernel, phi, x, s));
+    }
     let [n, dim] = x.dims();
     let upper = tiles.upper();
     let workers = workers(&x.device(), upper.len());
@@ -356,7 +388,7 @@ pub fn svgd_direction_tiled(kernel: &dyn Kernel, x: Tensor<2>, s: Tensor<2>, til
     // kernel reuses them. Elsewhere each tile is formed once the bandwidth is known.
     let kept = median_is_exact(n, dim).then(|| map_indexed(upper.len(), workers, |t| blocks.distances(upper[t])));
     let mut median = || match &kept {
-        Some(kept) => median_of_tiles(tiles, &upper, kept, workers),
+        Some(kept) => median_of_tiles(tiles, &upper, workers, |t| to_vec_f32(&kept[t])),
         None => sampled_pair_median_sq(&x, median_sample_pairs(dim), MEDIAN_SAMPLE_SEED),
     };
     let kernel = kernel.resolved(n, &mut median)?;
@@ -424,7 +456,11 @@ pub fn svgd_direction_tiled(kernel: &dyn Kernel, x: Tensor<2>, s: Tensor<2>, til
             })
         }
     };
-    let phi = Tensor::cat(phi_blocks, 0);
-    // The linear features' part needs no pairs: two products over all points.
-    Some(if kernel.linear_features() { phi + linear_direction(x.clone(), s.clone(), x, None) } else { phi })
+    Some(with_linear_part(kernel.as_ref(), Tensor::cat(phi_blocks, 0), x, s))
+}
+
+/// The radial direction `phi` plus the linear features' part when `kernel` has them (it needs
+/// no pairs: two products over all points).
+fn with_linear_part(kernel: &dyn Kernel, phi: Tensor<2>, x: Tensor<2>, s: Tensor<2>) -> Tensor<2> {
+    if kernel.linear_features() { phi + linear_direction(x.clone(), s, x, None) } else { phi }
 }
