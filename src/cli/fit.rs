@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use parvi_infer::CheckpointPolicy;
-use parvi_infer::evaluation::Summary;
+use parvi_infer::evaluation::{PolishWhen, Summary};
 use parvi_infer::{FitConfig, MethodConfig, Particles, Precondition, RunError, RunLabel, core::Checkpoint};
 use parvi_model::{BackendKind, LogDensity};
 use parvi_models::cmdstan::{self, RunInfo};
@@ -98,12 +98,17 @@ pub struct FitArgs {
     #[arg(long)]
     #[serde(default)]
     pub quiet: bool,
-    /// Polish the answer: continue the stationarity check's MALA chains from the final particles
+    /// Polish every run: continue the stationarity check's MALA chains from the final particles
     /// (step size adapted) until split R-hat <= 1.01 and bulk ESS >= 400, or --polish-steps, and
-    /// return their draws instead of the particles.
-    #[arg(long)]
+    /// return their draws instead of the particles. By default this runs only where the
+    /// diagnostics flag the particles (the stationarity check, drift, KSD).
+    #[arg(long, conflicts_with = "no_polish")]
     #[serde(default)]
     pub polish: bool,
+    /// Never polish: the answer is the engine's own even where the diagnostics flag it.
+    #[arg(long)]
+    #[serde(default)]
+    pub no_polish: bool,
     /// The polish step's budget: MALA steps per chain after its warm-up [default: 5000].
     #[arg(long)]
     pub polish_steps: Option<usize>,
@@ -158,7 +163,8 @@ impl FitArgs {
             out: self.out.or(file.out),
             quiet: self.quiet || file.quiet,
             distributed: self.distributed || file.distributed,
-            polish: self.polish || file.polish,
+            polish: self.polish || (file.polish && !self.no_polish),
+            no_polish: self.no_polish || (file.no_polish && !self.polish),
             polish_steps: self.polish_steps.or(file.polish_steps),
         })
     }
@@ -320,7 +326,7 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
         )?;
     }
     let resume = args.resume.as_deref().map(Checkpoint::load).transpose()?;
-    let polish = polish_config(args.polish, args.polish_steps)?;
+    let polish = polish_config(args.polish, args.no_polish, args.polish_steps)?;
     // Every rank makes the directory (as before: checkpoints go there); the lead, which writes
     // the outputs, also checks that it can write there.
     if lead {
@@ -426,8 +432,14 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
         },
         method: method.clone(),
         settings: run_settings(&args, &spec, n, &result, backend, lr)?,
-        draws_are: if config.polish.is_some() && result.chains.is_some() {
-            "MALA draws of the polish step, one chain per particle".into()
+        draws_are: if result.diagnostics.polish.is_some() {
+            if config.polish.is_some_and(|p| p.when == PolishWhen::Always) {
+                format!("MALA draws of the polish step (--polish), one chain per {method} particle")
+            } else {
+                format!(
+                    "MALA draws of the polish step, one chain per {method} particle: the diagnostics flagged the particles (--no-polish keeps them)"
+                )
+            }
         } else if result.chains.is_some() {
             format!("{method}'s MCMC draws, one chain per particle")
         } else if draws.weights().is_some() {
@@ -515,7 +527,15 @@ fn run_settings(
         ("precondition".to_string(), format!("{:?}", result.precondition).to_lowercase()),
         ("backend".to_string(), backend.name().to_string()),
         ("lr".to_string(), lr.to_string()),
-        ("polish".to_string(), args.polish.to_string()),
+        (
+            "polish".to_string(),
+            match (&result.diagnostics.polish, args.polish) {
+                (None, _) if args.no_polish => "off".to_string(),
+                (None, _) => "not needed".to_string(),
+                (Some(_), true) => "always".to_string(),
+                (Some(_), false) => "flagged".to_string(),
+            },
+        ),
     ];
     // The engine's full configuration as one JSON line (no spaces: readers split `key = value`
     // on whitespace).
@@ -564,19 +584,30 @@ fn summary_footer(stats: &Summary) -> String {
     text
 }
 
-/// The polish step's settings from `--polish` and `--polish-steps` (which needs `--polish`).
+/// The polish step's settings from `--polish` (every run), `--no-polish` (none) and
+/// `--polish-steps`; without either flag the library's default (where the diagnostics flag the
+/// particles).
 pub(crate) fn polish_config(
     polish: bool,
+    no_polish: bool,
     steps: Option<usize>,
 ) -> Result<Option<parvi_infer::evaluation::PolishConfig>> {
-    match (polish, steps) {
-        (false, Some(_)) => bail!("invalid setting `--polish-steps`: it sets the polish step's budget; add `--polish`"),
-        (false, None) => Ok(None),
-        (true, steps) => {
-            let default = parvi_infer::evaluation::PolishConfig::default();
-            Ok(Some(parvi_infer::evaluation::PolishConfig { steps: steps.unwrap_or(default.steps), ..default }))
-        }
+    use parvi_infer::evaluation::PolishConfig;
+    if polish && no_polish {
+        bail!("invalid settings `--polish` and `--no-polish`: give one of them");
     }
+    if no_polish {
+        if steps.is_some() {
+            bail!("invalid setting `--polish-steps`: it sets the polish step's budget, which `--no-polish` turns off");
+        }
+        return Ok(None);
+    }
+    let default = PolishConfig::default();
+    Ok(Some(PolishConfig {
+        when: if polish { PolishWhen::Always } else { default.when },
+        steps: steps.unwrap_or(default.steps),
+        ..default
+    }))
 }
 
 /// The `bandwidths` and `weights` of an engine report that has both, of equal length.

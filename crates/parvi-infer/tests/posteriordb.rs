@@ -43,6 +43,9 @@ fn run_with_sd(posterior: &str, method: &str, config: FitConfig) -> Option<(Vec<
         KernelConfig::default(),
         AdapterConfig::adagrad(0.05),
     );
+    // The engine's own answer: the polish step (on by default for a flagged run) would replace
+    // a flagged engine's particles by MALA's draws.
+    let config = FitConfig { polish: None, ..config };
     let result = fit(&model, &spec, &config, &mut [], &device).unwrap();
     let reported = to_vec_f64(&model.reported(result.draws.positions.clone()));
     let weights = result.draws.weights.as_ref().map(to_vec_f64);
