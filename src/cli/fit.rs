@@ -98,10 +98,9 @@ pub struct FitArgs {
     #[arg(long)]
     #[serde(default)]
     pub quiet: bool,
-    /// Polish every run: continue the stationarity check's MALA chains from the final particles
-    /// (step size adapted) until split R-hat <= 1.01 and bulk ESS >= 400, or --polish-steps, and
-    /// return their draws instead of the particles. By default this runs only where the
-    /// diagnostics flag the particles (the stationarity check, drift, KSD).
+    /// Polish every run (the default): continue the stationarity check's MALA chains from a
+    /// particle engine's final particles (step size adapted) until split R-hat <= 1.01 and bulk
+    /// ESS >= 400, or --polish-steps, and return their draws instead of the particles.
     #[arg(long, conflicts_with = "no_polish")]
     #[serde(default)]
     pub polish: bool,
@@ -434,10 +433,12 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
         settings: run_settings(&args, &spec, n, &result, backend, lr)?,
         draws_are: if result.diagnostics.polish.is_some() {
             if config.polish.is_some_and(|p| p.when == PolishWhen::Always) {
-                format!("MALA draws of the polish step (--polish), one chain per {method} particle")
+                format!(
+                    "MALA draws of the polish step, one chain per {method} particle (--no-polish keeps the particles)"
+                )
             } else {
                 format!(
-                    "MALA draws of the polish step, one chain per {method} particle: the diagnostics flagged the particles (--no-polish keeps them)"
+                    "MALA draws of the polish step, one chain per {method} particle: the diagnostics flagged the particles"
                 )
             }
         } else if result.chains.is_some() {
@@ -531,9 +532,8 @@ fn run_settings(
             "polish".to_string(),
             match (&result.diagnostics.polish, args.polish) {
                 (None, _) if args.no_polish => "off".to_string(),
-                (None, _) => "not needed".to_string(),
-                (Some(_), true) => "always".to_string(),
-                (Some(_), false) => "flagged".to_string(),
+                (None, _) => "not run".to_string(),
+                (Some(_), _) => "on".to_string(),
             },
         ),
     ];
@@ -584,9 +584,8 @@ fn summary_footer(stats: &Summary) -> String {
     text
 }
 
-/// The polish step's settings from `--polish` (every run), `--no-polish` (none) and
-/// `--polish-steps`; without either flag the library's default (where the diagnostics flag the
-/// particles).
+/// The polish step's settings from `--polish` (every run, the default), `--no-polish` (none)
+/// and `--polish-steps`.
 pub(crate) fn polish_config(
     polish: bool,
     no_polish: bool,

@@ -55,9 +55,9 @@ pub struct PosteriorDbArgs {
     /// The shared kernel: rbf, imq or rbf-linear (the moment-matching kernel).
     #[arg(long, default_value = "rbf")]
     pub kernel: String,
-    /// Polish every run: continue the stationarity check's MALA chains until they mix and
-    /// compare their draws (the polish step; its cost is in the row's seconds and evaluations).
-    /// By default it runs where the diagnostics flag the particles.
+    /// Polish every run (the default): continue the stationarity check's MALA chains until they
+    /// mix and compare their draws (the polish step; its cost is in the row's seconds and
+    /// evaluations).
     #[arg(long, conflicts_with = "no_polish")]
     pub polish: bool,
     /// Never polish: compare the engine's own answer.

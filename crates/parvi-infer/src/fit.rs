@@ -79,8 +79,9 @@ pub struct FitConfig {
     pub check_level: f64,
     /// The polish step ([`crate::evaluation::polish`]): continue the stationarity check's MALA
     /// chains from the final particles until split R-hat and bulk ESS meet its thresholds (or its
-    /// budget), and return their draws as [`FitResult::draws`]. By default it runs where the
-    /// diagnostics flag the particles ([`crate::evaluation::PolishWhen`]); `None` never.
+    /// budget), and return their draws as [`FitResult::draws`]. By default after every particle
+    /// engine's run ([`crate::evaluation::PolishWhen`]: or only where the diagnostics flag the
+    /// particles); `None` never.
     pub polish: Option<PolishConfig>,
     /// Checkpoint every this many steps to this file (the engine's coordinates).
     #[serde(skip)]
@@ -392,7 +393,7 @@ fn stationarity_warning(method: &str, s: &Stationarity, coordinates: &str) -> Op
         ))
     } else if s.rejected() && s.log_density_worst() {
         Some(format!(
-            "{method} did not end at the target: {} MALA steps from its particles moved their mean log density by {:+.2} nats (|z| {:.1} > {:.2}, the {}% level; positive: the set was too wide or misplaced, negative: too narrow; of single coordinates, {}{coordinates} moved most: {:+.2} sd in mean, x{:.2} in sd): the particles sit at a biased fixed point (the polish step continues MALA chains from them until split R-hat <= 1.01 and bulk ESS >= 400 and returns their draws; it runs by default, `--no-polish` skips it)",
+            "{method} did not end at the target: {} MALA steps from its particles moved their mean log density by {:+.2} nats (|z| {:.1} > {:.2}, the {}% level; positive: the set was too wide or misplaced, negative: too narrow; of single coordinates, coordinate {}{coordinates} moved most: {:+.2} sd in mean, x{:.2} in sd): the particles sit at a biased fixed point (the polish step continues MALA chains from them until split R-hat <= 1.01 and bulk ESS >= 400 and returns their draws; it runs by default, `--no-polish` skips it)",
             s.steps,
             s.log_density_shift,
             s.z_log_density,
@@ -527,10 +528,13 @@ pub fn fit(
         }
     }
     // The polish step runs where the engine ran (whitened), from the check's chains: after every
-    // run, or (the default) where the diagnostics say the particles are not the posterior.
+    // run (the default), or only where the diagnostics say the particles are not the posterior.
     let mut polished = None;
-    if let Some(p) = config.polish.as_ref().filter(|p| p.when == PolishWhen::Always || diagnostics.particles_flagged())
-    {
+    let polish_this = |p: &&PolishConfig| match p.when {
+        PolishWhen::Always => !is_mcmc,
+        PolishWhen::Flagged => diagnostics.particles_flagged(),
+    };
+    if let Some(p) = config.polish.as_ref().filter(polish_this) {
         match polish(target, &outcome.particles, chains.as_ref(), p, config.seed) {
             Ok(run) => {
                 diagnostics.polish = Some(run.report);

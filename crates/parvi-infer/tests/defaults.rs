@@ -67,3 +67,56 @@ fn default_fit_gets_the_variances_of_a_20d_ill_conditioned_gaussian_within_10_pe
     let flagged = plain.diagnostics.warnings.iter().find(|w| w.contains("biased fixed point")).expect("flagged");
     assert!(flagged.contains("--no-polish"), "{flagged}");
 }
+
+/// Neal's funnel in `1 + k` dimensions: `v ~ N(0, 3^2)`, `z_i ~ N(0, e^v)`.
+struct Funnel {
+    k: usize,
+}
+
+impl parvi_model::LogDensity for Funnel {
+    fn dim(&self) -> usize {
+        1 + self.k
+    }
+    fn log_prob(
+        &self,
+        x: parvi_model::burn::tensor::Tensor<2>,
+        _: Option<&parvi_model::Minibatch>,
+    ) -> parvi_model::burn::tensor::Tensor<1> {
+        let n = x.dims()[0];
+        let v = x.clone().slice([0..n, 0..1]);
+        let z = x.slice([0..n, 1..1 + self.k]);
+        // log N(v | 0, 9) + sum_i log N(z_i | 0, e^v), constants dropped.
+        let lp = v.clone().square().mul_scalar(-1.0 / 18.0)
+            - z.square().sum_dim(1).mul(v.clone().neg().exp()).mul_scalar(0.5)
+            - v.mul_scalar(0.5 * self.k as f64);
+        lp.squeeze_dim(1)
+    }
+}
+
+/// The 10-d funnel with every default, for docs/posteriordb.md ("Neal's funnel"):
+/// `cargo test --release --features wgpu,mpi -p parvi-infer --test defaults -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn funnel_with_defaults_for_the_docs() {
+    use parvi_infer::evaluation::{PolishConfig, PolishWhen};
+    let device = flex();
+    let funnel = Funnel { k: 9 };
+    for (what, polish) in [
+        ("default", Some(PolishConfig::default())),
+        ("--no-polish", None),
+        ("--polish-steps 20000", Some(PolishConfig { when: PolishWhen::Always, steps: 20000, ..Default::default() })),
+    ] {
+        let t = std::time::Instant::now();
+        let r = fit(&funnel, &default_svgd(), &FitConfig { polish, ..Default::default() }, &mut [], &device).unwrap();
+        let v: Vec<f64> = r.draws.to_rows().iter().map(|r| r[0] as f64).collect();
+        let (m, c) = moments(&v, 1);
+        eprintln!(
+            "funnel {what}: v mean {:.2} sd {:.2} ({:.1} s) polish {:?} warnings {:#?}",
+            m[0],
+            c[0].sqrt(),
+            t.elapsed().as_secs_f64(),
+            r.diagnostics.polish,
+            r.diagnostics.warnings
+        );
+    }
+}

@@ -28,14 +28,19 @@ use crate::{EngineRng, InferError, Particles};
 pub const MAX_KEPT: usize = 1000;
 
 /// When [`crate::fit`] runs the polish step.
+///
+/// The default is every run: on the posteriordb suite the stationarity check cannot see sd
+/// errors of 10 to 17% in 4- to 5-dimensional posteriors at 100 particles (garch, hmm_example,
+/// the kidiq regressions, low_dim_gauss_mix), so polishing only flagged runs leaves those
+/// quietly outside 10% (docs/posteriordb.md, "SVGD with every default").
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PolishWhen {
-    /// When the diagnostics flag the particle set: the stationarity check rejects it or cannot
-    /// judge it, its moments still drift, or its kernel Stein discrepancy rose.
-    #[default]
+    /// Only when the diagnostics flag the particle set: the stationarity check rejects it or
+    /// cannot judge it, its moments still drift, or its kernel Stein discrepancy rose.
     Flagged,
-    /// After every run (`--polish` on the command line).
+    /// After every run of a particle engine.
+    #[default]
     Always,
 }
 
