@@ -382,6 +382,9 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
     // What stands for the posterior: the polish step's draws, an MCMC engine's collected draws,
     // else the particles.
     let particles = &result.draws;
+    // The particles file and plot show the particle set: the engine's own where the polish step's
+    // draws (thousands of MALA states) stand for the posterior.
+    let shown = if result.diagnostics.polish.is_some() { &result.particles } else { particles };
     let (diagnostics, report) = (&result.diagnostics, result.report.clone());
     let (true_mean, true_cov) = match &target {
         Target::Builtin(t) => (t.mean.clone(), t.cov.clone()),
@@ -391,7 +394,7 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
         method: method.clone(),
         model: model_name.clone(),
         backend: backend.name().into(),
-        particles: particles.len(),
+        particles: shown.len(),
         steps: result.steps,
         seed,
         lr,
@@ -459,22 +462,15 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
     write_atomic(&out.join("draws.csv"), draws.to_csv(&run_info).as_bytes())?;
     write_atomic(&out.join("summary.csv"), stats.to_csv().as_bytes())?;
     write_atomic(&out.join("summary.json"), &serde_json::to_vec_pretty(&summary)?)?;
-    write_particles(&out.join("particles.csv"), particles)?;
+    write_particles(&out.join("particles.csv"), shown)?;
     if let Target::Builtin(t) = &target {
         let (svg, title) = (out.join("particles.svg"), format!("{} on {}", method, t.name));
         match kernel_weights(&summary.engine) {
             // A multiple-kernel engine: its learned weights as bars beside the particles.
-            Some((h, w)) => plot::particles_with_kernel_weights(
-                &svg,
-                t.density.as_ref(),
-                t.window,
-                particles,
-                &device,
-                &title,
-                &h,
-                &w,
-            )?,
-            None => plot::particles_over_density(&svg, t.density.as_ref(), t.window, particles, &device, &title)?,
+            Some((h, w)) => {
+                plot::particles_with_kernel_weights(&svg, t.density.as_ref(), t.window, shown, &device, &title, &h, &w)?
+            }
+            None => plot::particles_over_density(&svg, t.density.as_ref(), t.window, shown, &device, &title)?,
         }
     }
     println!("{header}\n{}", stats.table());

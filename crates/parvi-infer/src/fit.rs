@@ -531,7 +531,8 @@ pub fn fit(
     // run (the default), or only where the diagnostics say the particles are not the posterior.
     let mut polished = None;
     let polish_this = |p: &&PolishConfig| match p.when {
-        PolishWhen::Always => !is_mcmc,
+        // Too few chains for R-hat: skipped, as the check is.
+        PolishWhen::Always => !is_mcmc && outcome.particles.len() >= crate::evaluation::MIN_PARTICLES,
         PolishWhen::Flagged => diagnostics.particles_flagged(),
     };
     if let Some(p) = config.polish.as_ref().filter(polish_this) {
