@@ -70,7 +70,7 @@ fn the_stationarity_warning_is_printed() {
         return;
     };
     let out = Command::new(env!("CARGO_BIN_EXE_parvi"))
-        .args(["bench", "posteriordb", "--posterior", "eight_schools", "--method", "svgd", "--data-dir"])
+        .args(["bench", "posteriordb", "--posterior", "eight_schools", "--method", "svgd", "--no-polish", "--data-dir"])
         .arg(&suite)
         .output()
         .unwrap();

@@ -266,7 +266,19 @@ fn fit_posterior_writes_cmdstan_draws_and_a_summary_that_match_the_reference() {
     let folder = dir.join("kidiq-kidscore_momiq");
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
-    let args = ["--particles", "50", "--steps", "300", "--seed", "1", "--quiet", "--out", out.to_str().unwrap()];
+    // The particles themselves (`--no-polish`): one row each.
+    let args = [
+        "--particles",
+        "50",
+        "--steps",
+        "300",
+        "--seed",
+        "1",
+        "--quiet",
+        "--no-polish",
+        "--out",
+        out.to_str().unwrap(),
+    ];
     let (code, stdout, stderr) = parvi(&[&["fit", "--posterior", folder.to_str().unwrap()][..], &args].concat());
     assert_eq!(code, 0, "{stderr}");
     let text = std::fs::read_to_string(out.join("draws.csv")).unwrap();
@@ -345,6 +357,7 @@ fn fit_model_with_data_and_builtin_targets_write_the_same_files() {
         "--seed",
         "5",
         "--quiet",
+        "--no-polish",
         "--out",
         out.to_str().unwrap(),
     ]);

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use parvi_infer::CheckpointPolicy;
-use parvi_infer::evaluation::Summary;
+use parvi_infer::evaluation::{PolishWhen, Summary};
 use parvi_infer::{FitConfig, MethodConfig, Particles, Precondition, RunError, RunLabel, core::Checkpoint};
 use parvi_model::{BackendKind, LogDensity};
 use parvi_models::cmdstan::{self, RunInfo};
@@ -99,12 +99,16 @@ pub struct FitArgs {
     #[arg(long)]
     #[serde(default)]
     pub quiet: bool,
-    /// Polish the answer: continue the stationarity check's MALA chains from the final particles
-    /// (step size adapted) until split R-hat <= 1.01 and bulk ESS >= 400, or --polish-steps, and
-    /// return their draws instead of the particles.
-    #[arg(long)]
+    /// Polish every run (the default): continue the stationarity check's MALA chains from a
+    /// particle engine's final particles (step size adapted) until split R-hat <= 1.01 and bulk
+    /// ESS >= 400, or --polish-steps, and return their draws instead of the particles.
+    #[arg(long, conflicts_with = "no_polish")]
     #[serde(default)]
     pub polish: bool,
+    /// Never polish: the answer is the engine's own even where the diagnostics flag it.
+    #[arg(long)]
+    #[serde(default)]
+    pub no_polish: bool,
     /// The polish step's budget: MALA steps per chain after its warm-up [default: 5000].
     #[arg(long)]
     pub polish_steps: Option<usize>,
@@ -165,7 +169,8 @@ impl FitArgs {
             quiet: self.quiet || file.quiet,
             distributed: self.distributed || file.distributed,
             shard: self.shard.or(file.shard),
-            polish: self.polish || file.polish,
+            polish: self.polish || (file.polish && !self.no_polish),
+            no_polish: self.no_polish || (file.no_polish && !self.polish),
             polish_steps: self.polish_steps.or(file.polish_steps),
         })
     }
@@ -337,7 +342,7 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
         )?;
     }
     let resume = args.resume.as_deref().map(Checkpoint::load).transpose()?;
-    let polish = polish_config(args.polish, args.polish_steps)?;
+    let polish = polish_config(args.polish, args.no_polish, args.polish_steps)?;
     // Every rank makes the directory (as before: checkpoints go there); the lead, which writes
     // the outputs, also checks that it can write there.
     if lead {
@@ -394,6 +399,9 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
     // What stands for the posterior: the polish step's draws, an MCMC engine's collected draws,
     // else the particles.
     let particles = &result.draws;
+    // The particles file and plot show the particle set: the engine's own where the polish step's
+    // draws (thousands of MALA states) stand for the posterior.
+    let shown = if result.diagnostics.polish.is_some() { &result.particles } else { particles };
     let (diagnostics, report) = (&result.diagnostics, result.report.clone());
     let (true_mean, true_cov) = match &target {
         Target::Builtin(t) => (t.mean.clone(), t.cov.clone()),
@@ -403,7 +411,7 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
         method: method.clone(),
         model: model_name.clone(),
         backend: backend.name().into(),
-        particles: particles.len(),
+        particles: shown.len(),
         steps: result.steps,
         seed,
         lr,
@@ -443,8 +451,16 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
         },
         method: method.clone(),
         settings: run_settings(&args, &spec, n, &result, backend, lr)?,
-        draws_are: if config.polish.is_some() && result.chains.is_some() {
-            "MALA draws of the polish step, one chain per particle".into()
+        draws_are: if result.diagnostics.polish.is_some() {
+            if config.polish.is_some_and(|p| p.when == PolishWhen::Always) {
+                format!(
+                    "MALA draws of the polish step, one chain per {method} particle (--no-polish keeps the particles)"
+                )
+            } else {
+                format!(
+                    "MALA draws of the polish step, one chain per {method} particle: the diagnostics flagged the particles"
+                )
+            }
         } else if result.chains.is_some() {
             format!("{method}'s MCMC draws, one chain per particle")
         } else if draws.weights().is_some() {
@@ -463,22 +479,15 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
     write_atomic(&out.join("draws.csv"), draws.to_csv(&run_info).as_bytes())?;
     write_atomic(&out.join("summary.csv"), stats.to_csv().as_bytes())?;
     write_atomic(&out.join("summary.json"), &serde_json::to_vec_pretty(&summary)?)?;
-    write_particles(&out.join("particles.csv"), particles)?;
+    write_particles(&out.join("particles.csv"), shown)?;
     if let Target::Builtin(t) = &target {
         let (svg, title) = (out.join("particles.svg"), format!("{} on {}", method, t.name));
         match kernel_weights(&summary.engine) {
             // A multiple-kernel engine: its learned weights as bars beside the particles.
-            Some((h, w)) => plot::particles_with_kernel_weights(
-                &svg,
-                t.density.as_ref(),
-                t.window,
-                particles,
-                &device,
-                &title,
-                &h,
-                &w,
-            )?,
-            None => plot::particles_over_density(&svg, t.density.as_ref(), t.window, particles, &device, &title)?,
+            Some((h, w)) => {
+                plot::particles_with_kernel_weights(&svg, t.density.as_ref(), t.window, shown, &device, &title, &h, &w)?
+            }
+            None => plot::particles_over_density(&svg, t.density.as_ref(), t.window, shown, &device, &title)?,
         }
     }
     println!("{header}\n{}", stats.table());
@@ -532,7 +541,14 @@ fn run_settings(
         ("precondition".to_string(), format!("{:?}", result.precondition).to_lowercase()),
         ("backend".to_string(), backend.name().to_string()),
         ("lr".to_string(), lr.to_string()),
-        ("polish".to_string(), args.polish.to_string()),
+        (
+            "polish".to_string(),
+            match (&result.diagnostics.polish, args.polish) {
+                (None, _) if args.no_polish => "off".to_string(),
+                (None, _) => "not run".to_string(),
+                (Some(_), _) => "on".to_string(),
+            },
+        ),
     ];
     // The engine's full configuration as one JSON line (no spaces: readers split `key = value`
     // on whitespace).
@@ -581,19 +597,29 @@ fn summary_footer(stats: &Summary) -> String {
     text
 }
 
-/// The polish step's settings from `--polish` and `--polish-steps` (which needs `--polish`).
+/// The polish step's settings from `--polish` (every run, the default), `--no-polish` (none)
+/// and `--polish-steps`.
 pub(crate) fn polish_config(
     polish: bool,
+    no_polish: bool,
     steps: Option<usize>,
 ) -> Result<Option<parvi_infer::evaluation::PolishConfig>> {
-    match (polish, steps) {
-        (false, Some(_)) => bail!("invalid setting `--polish-steps`: it sets the polish step's budget; add `--polish`"),
-        (false, None) => Ok(None),
-        (true, steps) => {
-            let default = parvi_infer::evaluation::PolishConfig::default();
-            Ok(Some(parvi_infer::evaluation::PolishConfig { steps: steps.unwrap_or(default.steps), ..default }))
-        }
+    use parvi_infer::evaluation::PolishConfig;
+    if polish && no_polish {
+        bail!("invalid settings `--polish` and `--no-polish`: give one of them");
     }
+    if no_polish {
+        if steps.is_some() {
+            bail!("invalid setting `--polish-steps`: it sets the polish step's budget, which `--no-polish` turns off");
+        }
+        return Ok(None);
+    }
+    let default = PolishConfig::default();
+    Ok(Some(PolishConfig {
+        when: if polish { PolishWhen::Always } else { default.when },
+        steps: steps.unwrap_or(default.steps),
+        ..default
+    }))
 }
 
 /// The `bandwidths` and `weights` of an engine report that has both, of equal length.

@@ -55,10 +55,14 @@ pub struct PosteriorDbArgs {
     /// The shared kernel: rbf, imq or rbf-linear (the moment-matching kernel).
     #[arg(long, default_value = "rbf")]
     pub kernel: String,
-    /// Continue the stationarity check's MALA chains until they mix and compare their draws
-    /// (the polish step; its cost is in the row's seconds and evaluations).
-    #[arg(long)]
+    /// Polish every run (the default): continue the stationarity check's MALA chains until they
+    /// mix and compare their draws (the polish step; its cost is in the row's seconds and
+    /// evaluations).
+    #[arg(long, conflicts_with = "no_polish")]
     pub polish: bool,
+    /// Never polish: compare the engine's own answer.
+    #[arg(long)]
+    pub no_polish: bool,
     /// The polish step's budget: MALA steps per chain after its warm-up [default: 5000].
     #[arg(long)]
     pub polish_steps: Option<usize>,
@@ -194,6 +198,12 @@ pub fn run(args: PosteriorDbArgs) -> Result<()> {
             for w in row.diagnostics.iter().flat_map(|d| &d.warnings) {
                 println!("    warning: {w}");
             }
+            if let Some(p) = row.diagnostics.as_ref().and_then(|d| d.polish.as_ref()) {
+                println!(
+                    "    polished: {} MALA steps after {} of warm-up, {} chains, split R-hat {:.3}, bulk ESS {:.0}, {:.1} s",
+                    p.steps, p.warmup, p.chains, p.max_rhat, p.min_ess, p.seconds
+                );
+            }
             rows.push(row);
         }
     }
@@ -307,7 +317,7 @@ fn run_one(
             precondition,
             check_steps: args.check_steps,
             check_level: args.check_level,
-            polish: super::fit::polish_config(args.polish, args.polish_steps)?,
+            polish: super::fit::polish_config(args.polish, args.no_polish, args.polish_steps)?,
             ..Default::default()
         };
         let result = fit(model, &spec, &config, &mut [], device)?;

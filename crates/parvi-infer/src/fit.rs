@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::core::{Checkpoint, Collective};
 use crate::engines::pathfinder::{PathfinderConfig, PathfinderFit, pathfinder};
 use crate::evaluation::{
-    MalaChains, Polish, PolishConfig, Stationarity, StationarityConfig, Statistic, ksd_squared, polish,
+    MalaChains, Polish, PolishConfig, PolishWhen, Stationarity, StationarityConfig, Statistic, ksd_squared, polish,
     stationarity_check_chains,
 };
 use crate::{
@@ -77,9 +77,11 @@ pub struct FitConfig {
     /// Overall false-alarm rate of the stationarity check for a set of exact draws (Bonferroni
     /// over the coordinates' means and sds), in `(0, 1)`.
     pub check_level: f64,
-    /// The polish step ([`crate::evaluation::polish`]), off by default: continue the
-    /// stationarity check's MALA chains from the final particles until split R-hat and bulk ESS
-    /// meet its thresholds (or its budget), and return their draws as [`FitResult::draws`].
+    /// The polish step ([`crate::evaluation::polish`]): continue the stationarity check's MALA
+    /// chains from the final particles until split R-hat and bulk ESS meet its thresholds (or its
+    /// budget), and return their draws as [`FitResult::draws`]. By default after every particle
+    /// engine's run ([`crate::evaluation::PolishWhen`]: or only where the diagnostics flag the
+    /// particles); `None` never.
     pub polish: Option<PolishConfig>,
     /// Checkpoint every this many steps to this file (the engine's coordinates).
     #[serde(skip)]
@@ -111,7 +113,7 @@ impl Default for FitConfig {
             progress: false,
             check_steps: 200,
             check_level: 0.01,
-            polish: None,
+            polish: Some(PolishConfig::default()),
             checkpoint: None,
             label: RunLabel::default(),
             resume: None,
@@ -264,6 +266,17 @@ impl Diagnostics {
         Ok(())
     }
 
+    /// Whether the particle set, as the diagnostics found it so far, is flagged: the stationarity
+    /// check rejected it or could not judge it, its moments still drift, its kernel Stein
+    /// discrepancy rose, or a warning (the engine's own, a check that failed) was raised. What
+    /// [`PolishWhen::Flagged`] polishes.
+    pub fn particles_flagged(&self) -> bool {
+        let stationarity = self.stationarity.as_ref().is_some_and(|s| s.rejected() || s.inconclusive);
+        let drifting = self.drift.is_some_and(|m| m.is_nan() || m > MAX_DRIFT);
+        let ksd_rose = matches!((self.ksd_start, self.ksd_end), (Some(a), Some(b)) if b.is_nan() || b > 2.0 * a);
+        stationarity || drifting || ksd_rose || !self.warnings.is_empty()
+    }
+
     /// The report's diagnostics, not yet judged.
     fn read(report: &serde_json::Value) -> Self {
         let number = |key: &str| report.get(key).and_then(serde_json::Value::as_f64);
@@ -378,9 +391,21 @@ fn stationarity_warning(method: &str, s: &Stationarity, coordinates: &str) -> Op
             100.0 * s.acceptance,
             100.0 * crate::evaluation::MIN_ACCEPTANCE
         ))
+    } else if s.rejected() && s.log_density_worst() {
+        Some(format!(
+            "{method} did not end at the target: {} MALA steps from its particles moved their mean log density by {:+.2} nats (|z| {:.1} > {:.2}, the {}% level; positive: the set was too wide or misplaced, negative: too narrow; of single coordinates, coordinate {}{coordinates} moved most: {:+.2} sd in mean, x{:.2} in sd): the particles sit at a biased fixed point (the polish step continues MALA chains from them until split R-hat <= 1.01 and bulk ESS >= 400 and returns their draws; it runs by default, `--no-polish` skips it)",
+            s.steps,
+            s.log_density_shift,
+            s.z_log_density,
+            s.threshold,
+            100.0 * s.level,
+            s.coordinate,
+            s.mean_shift_sd,
+            s.sd_ratio
+        ))
     } else if s.rejected() {
         Some(format!(
-            "{method} did not end at the target: {} MALA steps from its particles moved coordinate {}{coordinates} by {:+.2} sd in mean and x{:.2} in sd (|z| {:.1} > {:.2}, the {}% level): the particles sit at a biased fixed point (`--polish` continues MALA chains from them until split R-hat <= 1.01 and bulk ESS >= 400 and returns their draws)",
+            "{method} did not end at the target: {} MALA steps from its particles moved coordinate {}{coordinates} by {:+.2} sd in mean and x{:.2} in sd (|z| {:.1} > {:.2}, the {}% level): the particles sit at a biased fixed point (the polish step continues MALA chains from them until split R-hat <= 1.01 and bulk ESS >= 400 and returns their draws; it runs by default, `--no-polish` skips it)",
             s.steps,
             s.coordinate,
             s.mean_shift_sd,
@@ -502,9 +527,15 @@ pub fn fit(
             Err(warning) => diagnostics.warnings.push(warning),
         }
     }
-    // The polish step runs where the engine ran (whitened), from the check's chains.
+    // The polish step runs where the engine ran (whitened), from the check's chains: after every
+    // run (the default), or only where the diagnostics say the particles are not the posterior.
     let mut polished = None;
-    if let Some(p) = &config.polish {
+    let polish_this = |p: &&PolishConfig| match p.when {
+        // Too few chains for R-hat: skipped, as the check is.
+        PolishWhen::Always => !is_mcmc && outcome.particles.len() >= crate::evaluation::MIN_PARTICLES,
+        PolishWhen::Flagged => diagnostics.particles_flagged(),
+    };
+    if let Some(p) = config.polish.as_ref().filter(polish_this) {
         match polish(target, &outcome.particles, chains.as_ref(), p, config.seed) {
             Ok(run) => {
                 diagnostics.polish = Some(run.report);

@@ -231,7 +231,7 @@ fn fit_refuses_a_runaway_search_on_the_funnel() {
     assert!(laplace.mode[0] < -35.0 && laplace.evidence_drop > RUNAWAY_NATS, "{laplace:?}");
     assert!(laplace.runaway().unwrap().contains("ran away"));
     for precondition in [Precondition::Laplace, Precondition::Pathfinder] {
-        let config = FitConfig { precondition, steps: 500, check_steps: 0, ..Default::default() };
+        let config = FitConfig { precondition, steps: 500, check_steps: 0, polish: None, ..Default::default() };
         let result = fit(&funnel, &svgd(), &config, &mut [], &device).unwrap();
         let w = &result.diagnostics.warnings;
         assert_eq!(result.precondition, Precondition::None, "{w:#?}");
@@ -289,7 +289,13 @@ fn fit_with_pathfinder_on_a_gaussian() {
     // Two modes, (-2, -2) and (2, 2) with sd 0.8: Pathfinder's paths find both, and the run
     // says so.
     let mixture = parvi_models::builtin_target("mixture", &device).unwrap();
-    let config = FitConfig { precondition: Precondition::Pathfinder, steps: 50, check_steps: 0, ..Default::default() };
+    let config = FitConfig {
+        precondition: Precondition::Pathfinder,
+        steps: 50,
+        check_steps: 0,
+        polish: None,
+        ..Default::default()
+    };
     let result = fit(mixture.density.as_ref(), &svgd(), &config, &mut [], &device).unwrap();
     let w = &result.diagnostics.warnings;
     assert!(
@@ -299,7 +305,13 @@ fn fit_with_pathfinder_on_a_gaussian() {
 
     let (mean, cov) = ([1.0, -2.0], [1.0, 1.8, 1.8, 4.0]);
     let target = Gaussian::new(&mean, &cov, &device).unwrap();
-    let config = FitConfig { precondition: Precondition::Pathfinder, steps: 300, particles: 200, ..Default::default() };
+    let config = FitConfig {
+        precondition: Precondition::Pathfinder,
+        steps: 300,
+        particles: 200,
+        polish: None,
+        ..Default::default()
+    };
     let result = fit(&target, &svgd(), &config, &mut [], &device).unwrap();
     assert_eq!(result.precondition, Precondition::Pathfinder, "{:#?}", result.diagnostics.warnings);
     assert!(result.diagnostics.pareto_k.unwrap() < 0.7);
@@ -326,7 +338,8 @@ fn the_engine_through_fit() {
         KernelConfig::default(),
         AdapterConfig::default(),
     );
-    let config = FitConfig { precondition: Precondition::None, particles: 1000, steps: 3, ..Default::default() };
+    let config =
+        FitConfig { precondition: Precondition::None, particles: 1000, steps: 3, polish: None, ..Default::default() };
     let result = fit(&target, &spec, &config, &mut [], &device).unwrap();
     assert!(result.diagnostics.pareto_k.unwrap() < 0.5, "{:?}", result.diagnostics);
     assert!(result.report["paths"].as_array().unwrap().len() == 4);

@@ -81,10 +81,10 @@ fn fit_with_polish_returns_mixed_draws_where_svgd_collapsed() {
         AdapterConfig::adagrad(0.05),
     );
     // 40 particles in 10-d: plain RBF SVGD's variances collapse, and the check flags it.
-    let base = FitConfig { particles: 40, steps: 1000, ..Default::default() };
+    let base = FitConfig { particles: 40, steps: 1000, polish: None, ..Default::default() };
     let plain = fit(&model, &spec, &base, &mut [], &device).unwrap();
     let flagged = plain.diagnostics.warnings.iter().find(|w| w.contains("biased fixed point")).expect("flagged");
-    assert!(flagged.contains("--polish"), "{flagged}");
+    assert!(flagged.contains("polish step") && flagged.contains("--no-polish"), "{flagged}");
     let polished =
         fit(&model, &spec, &FitConfig { polish: Some(PolishConfig::default()), ..base }, &mut [], &device).unwrap();
     let p = polished.diagnostics.polish.as_ref().expect("polish ran");

@@ -15,7 +15,7 @@
 //!   funnel; the greedy set collapses): the test asserts that their run says so.
 //!
 //! The stationarity check (MALA chains from the final particles, `fit`'s `check_steps`) must stay
-//! quiet where a run is right (every mean within the tolerance and every sd within 30%) and
+//! quiet where a run is right (every mean within the tolerance and every sd within 10%) and
 //! flag the biased fixed points SVGD and MMD-FW reach on eight_schools' `tau`.
 
 mod common;
@@ -43,6 +43,9 @@ fn run_with_sd(posterior: &str, method: &str, config: FitConfig) -> Option<(Vec<
         KernelConfig::default(),
         AdapterConfig::adagrad(0.05),
     );
+    // The engine's own answer: the polish step (on by default for a flagged run) would replace
+    // a flagged engine's particles by MALA's draws.
+    let config = FitConfig { polish: None, ..config };
     let result = fit(&model, &spec, &config, &mut [], &device).unwrap();
     let reported = to_vec_f64(&model.reported(result.draws.positions.clone()));
     let weights = result.draws.weights.as_ref().map(to_vec_f64);
@@ -63,9 +66,10 @@ fn assert_within(posterior: &str, method: &str, tolerance: f64, skip: &[&str]) {
         );
     }
     assert!(result.laplace.as_ref().is_some_and(|l| l.full_rank), "{method} on {posterior}: Laplace not full rank");
-    // A right answer (every mean, skipped ones included, and every sd within 30%) passes the
-    // stationarity check.
-    let right = errors.iter().all(|(_, e)| e.abs() < tolerance) && sd_ratio.iter().all(|r| (r - 1.0).abs() < 0.3);
+    // A right answer (every mean, skipped ones included, and every sd within 10%: issue 29's
+    // bar) passes the stationarity check. Sets whose sds are 15 to 30% small (mk-svgd on kidiq,
+    // a-svgd on garch) are flagged by its log-density statistic, rightly.
+    let right = errors.iter().all(|(_, e)| e.abs() < tolerance) && sd_ratio.iter().all(|r| (r - 1.0).abs() < 0.1);
     if right && let Some(s) = &result.diagnostics.stationarity {
         assert!(!s.rejected() && !s.inconclusive, "{method} on {posterior}: right, yet flagged: {s:?}");
     }

@@ -63,7 +63,7 @@ fn separate_modes_are_found_and_the_particles_start_over_all_of_them() {
         parvi_infer::AdapterConfig::adagrad(0.05),
     );
     let run = |precondition| {
-        let config = FitConfig { steps: 500, precondition, check_steps: 0, ..FitConfig::default() };
+        let config = FitConfig { steps: 500, precondition, check_steps: 0, polish: None, ..FitConfig::default() };
         fit(mixture.density.as_ref(), &spec, &config, &mut [], &device).unwrap()
     };
     let result = run(Precondition::Laplace);

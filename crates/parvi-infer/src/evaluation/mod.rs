@@ -12,7 +12,7 @@ mod trace;
 
 pub use diagnostics::{TraceDiagnostics, TraceView, bulk_ess, ess, split_rhat};
 pub use metrics::{Statistic, ksd_squared, mmd_squared, weighted_mmd_squared};
-pub use polish::{MAX_KEPT, Polish, PolishConfig, Polished, polish};
+pub use polish::{MAX_KEPT, Polish, PolishConfig, PolishWhen, Polished, polish};
 pub use stationarity::{
     MIN_ACCEPTANCE, MIN_PARTICLES, MalaChains, MomentShift, Stationarity, StationarityConfig, TARGET_ACCEPTANCE,
     bonferroni_threshold, mala_chains, normal_quantile, stationarity_check, stationarity_check_chains,
