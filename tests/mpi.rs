@@ -165,8 +165,10 @@ fn table(dir: &Path, name: &str, rows: usize) -> PathBuf {
 /// with `extra`. The method is named: a distributed run's default (svgd) is not one process's
 /// (fpovi, which cannot be sharded).
 fn bnn_csv(csv: &Path, out: &Path, iters: usize, extra: &[&str]) -> Vec<String> {
-    let mut args: Vec<String> =
-        ["bnn", "--method", "svgd", "--target", "y", "--particles", "9", "--seed", "2"].iter().map(|s| s.to_string()).collect();
+    let mut args: Vec<String> = ["bnn", "--method", "svgd", "--target", "y", "--particles", "9", "--seed", "2"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     args.extend(["--iters".into(), iters.to_string()]);
     args.extend(["--checkpoint-every".into(), "10".into(), "--csv".into(), csv.display().to_string()]);
     args.extend(["--out".into(), out.display().to_string()]);
