@@ -54,7 +54,7 @@ PY
 }
 
 if [[ $ONLY == all || $ONLY == particles ]]; then
-    ARGS=(bnn --dataset protein --hidden 200,200 --particles 100 --iters 30 --data-dir "$DATA")
+    ARGS=(bnn --method svgd --dataset protein --hidden 200,200 --particles 100 --iters 30 --data-dir "$DATA")
     for rep in $(seq "$REPEATS"); do
         "$PARVI" "${ARGS[@]}" --out "$OUT/p-plain-$rep" > /dev/null
         bnn_line particles plain "$rep" "$OUT/p-plain-$rep" | tee -a "$RESULTS"
@@ -83,7 +83,7 @@ if [[ $ONLY == all || $ONLY == rows ]]; then
 fi
 
 if [[ $ONLY == all || $ONLY == protein-rows ]]; then
-    ARGS=(bnn --dataset protein --hidden 200,200 --particles 100 --iters 5 --batch 10000 --data-dir "$DATA")
+    ARGS=(bnn --method svgd --dataset protein --hidden 200,200 --particles 100 --iters 5 --batch 10000 --data-dir "$DATA")
     for rep in $(seq "$REPEATS"); do
         "$PARVI" "${ARGS[@]}" --out "$OUT/pr-plain-$rep" > /dev/null
         bnn_line protein-rows plain "$rep" "$OUT/pr-plain-$rep" | tee -a "$RESULTS"

@@ -454,11 +454,11 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
         draws_are: if result.diagnostics.polish.is_some() {
             if config.polish.is_some_and(|p| p.when == PolishWhen::Always) {
                 format!(
-                    "MALA draws of the polish step, one chain per {method} particle (--no-polish keeps the particles)"
+                    "MALA draws of the polish step, its chains started from the {method} particles (--no-polish keeps the particles)"
                 )
             } else {
                 format!(
-                    "MALA draws of the polish step, one chain per {method} particle: the diagnostics flagged the particles"
+                    "MALA draws of the polish step, its chains started from the {method} particles: the diagnostics flagged the particles"
                 )
             }
         } else if result.chains.is_some() {

@@ -563,8 +563,11 @@ pub fn fit(
     diagnostics.pareto_k = diagnostics.pareto_k.or(pre.pathfinder.as_ref().map(|p| p.pareto_k));
     diagnostics.judge(engine.name(), laplace.as_ref());
     let particles = back(&outcome.particles);
-    // An MCMC engine's trace and the polish step's draws hold one chain per particle.
-    let chains = (polished.is_some() || is_mcmc).then_some(outcome.particles.len());
+    // An MCMC engine's trace holds one chain per particle; the polish step's, its own chains.
+    let chains = match (&polished, &diagnostics.polish) {
+        (Some(_), Some(report)) => Some(report.chains),
+        _ => is_mcmc.then_some(outcome.particles.len()),
+    };
     let draws = match polished {
         Some(p) => back(&p),
         None => engine_draws.map(|d| back(&d)).unwrap_or_else(|| particles.clone()),

@@ -31,22 +31,50 @@ fn moments(x: &[f64], d: usize) -> (Vec<f64>, Vec<f64>) {
     (mean, var)
 }
 
-#[test]
-fn polish_from_biased_particles_returns_draws_with_the_targets_moments() {
-    let device = flex();
+/// `n` particles collapsed to a third of each sd of [`target`] and shifted by half an sd: a
+/// biased fixed point.
+fn biased_particles(n: usize, device: &burn::tensor::Device) -> Particles {
     let (mean, cov) = target();
     let d = mean.len();
-    let model = Gaussian::new(&mean, &cov, &device).unwrap();
-    // 64 particles collapsed to a third of each sd and shifted by half an sd: a biased fixed point.
     let mut rng = EngineRng::new(3);
-    let rows: Vec<f32> = (0..64 * d)
+    let rows: Vec<f32> = (0..n * d)
         .map(|i| {
             let j = i % d;
             let sd = cov[j * d + j].sqrt();
             (mean[j] + 0.5 * sd + sd / 3.0 * rng.normal()) as f32
         })
         .collect();
-    let particles = Particles::new(matrix_from_vec(rows, 64, d, &device));
+    Particles::new(matrix_from_vec(rows, n, d, device))
+}
+
+/// More particles than `max_chains`: the step runs `max_chains` chains from a spread of them,
+/// and its draws still have the target's means within four Monte Carlo errors.
+#[test]
+fn polish_runs_at_most_max_chains_chains() {
+    let device = flex();
+    let (mean, cov) = target();
+    let d = mean.len();
+    let model = Gaussian::new(&mean, &cov, &device).unwrap();
+    let config = PolishConfig { max_chains: 16, ..Default::default() };
+    let run = polish(&model, &biased_particles(64, &device), None, &config, 7).unwrap();
+    let r = &run.report;
+    assert_eq!(r.chains, 16);
+    assert!(r.converged && r.min_ess >= 400.0, "{r:?}");
+    assert_eq!(run.draws.dims(), [r.kept * 16, d]);
+    let (m, _) = moments(&to_vec_f64(&run.draws), d);
+    for j in 0..d {
+        let var = cov[j * d + j];
+        assert!((m[j] - mean[j]).abs() < 4.0 * (var / r.min_ess).sqrt(), "mean {j}: {} vs {}", m[j], mean[j]);
+    }
+}
+
+#[test]
+fn polish_from_biased_particles_returns_draws_with_the_targets_moments() {
+    let device = flex();
+    let (mean, cov) = target();
+    let d = mean.len();
+    let model = Gaussian::new(&mean, &cov, &device).unwrap();
+    let particles = biased_particles(64, &device);
     let config = PolishConfig::default();
     let run = polish(&model, &particles, None, &config, 7).unwrap();
     let r = &run.report;
@@ -123,6 +151,7 @@ fn bad_polish_settings_are_named() {
         (PolishConfig { rhat: f64::NAN, ..Default::default() }, "polish-rhat"),
         (PolishConfig { ess: 0.0, ..Default::default() }, "polish-ess"),
         (PolishConfig { check_every: 0, ..Default::default() }, "polish-check-every"),
+        (PolishConfig { max_chains: 7, ..Default::default() }, "polish-max-chains"),
     ];
     for (bad, name) in cases {
         let config = FitConfig { steps: 5, polish: Some(bad), ..Default::default() };

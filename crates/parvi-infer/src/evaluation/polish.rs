@@ -15,7 +15,7 @@
 
 use std::time::Instant;
 
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::{Int, Tensor, TensorData};
 use parvi_model::LogDensity;
 use parvi_model::tensor_ops::to_vec_f32;
 use serde::{Deserialize, Serialize};
@@ -62,11 +62,23 @@ pub struct PolishConfig {
     /// the steps run so far when that is more (so their cost, which grows with the kept trace,
     /// stays a small share of the chains').
     pub check_every: usize,
+    /// At most this many chains, started from evenly spaced particles. R-hat and bulk ESS are
+    /// reliable long before a thousand chains, and one chain per particle would make 100,000
+    /// particles 10^7 draws (and a polish step that costs far more than the run).
+    pub max_chains: usize,
 }
 
 impl Default for PolishConfig {
     fn default() -> Self {
-        Self { when: PolishWhen::default(), steps: 5000, warmup: 200, rhat: 1.01, ess: 400.0, check_every: 50 }
+        Self {
+            when: PolishWhen::default(),
+            steps: 5000,
+            warmup: 200,
+            rhat: 1.01,
+            ess: 400.0,
+            check_every: 50,
+            max_chains: 1000,
+        }
     }
 }
 
@@ -77,6 +89,12 @@ impl PolishConfig {
             return Err(InferError::setting(
                 "polish-steps",
                 format!("the polish step needs at least 8 MALA steps per chain, got {}", self.steps),
+            ));
+        }
+        if self.max_chains < MIN_PARTICLES {
+            return Err(InferError::setting(
+                "polish-max-chains",
+                format!("the polish step needs at least {MIN_PARTICLES} chains, got {}", self.max_chains),
             ));
         }
         if self.check_every == 0 {
@@ -95,7 +113,7 @@ impl PolishConfig {
 /// What the polish step did and how its chains ended.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Polish {
-    /// Chains (one per particle).
+    /// Chains (one per particle, at most `max_chains`).
     pub chains: usize,
     /// Warm-up steps per chain.
     pub warmup: usize,
@@ -155,6 +173,16 @@ pub fn polish(
             let (start, _, scale) = chain_start(particles, &mut rng)?;
             (start, scale, (d as f64).powf(-1.0 / 3.0))
         }
+    };
+    // Beyond `max_chains`, every (n / max_chains)-th chain: the kept ones still start spread over
+    // the whole set (the particles are in no order that a stride could bias).
+    let (start, n) = if n > config.max_chains {
+        let m = config.max_chains;
+        let picks: Vec<i64> = (0..m).map(|i| (i * n / m) as i64).collect();
+        let idx = Tensor::<1, Int>::from_data(TensorData::new(picks, [m]), &start.device());
+        (start.select(0, idx), m)
+    } else {
+        (start, n)
     };
     let first = parvi_model::score(model, start.clone(), None)?;
     let mut mala = Mala { model, scale, rng: &mut rng, n, d };
