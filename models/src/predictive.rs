@@ -98,6 +98,30 @@ impl Mixture {
         (phi * self.weights.clone()).sum_dim(0).squeeze_dim::<1>(0)
     }
 
+    /// The `p`-quantile per row of the particles' means alone (the network's mean, noise left
+    /// out): the smallest mean whose cumulative weight reaches `p`. Unlike `mean +- z sd` it is
+    /// never outside the range of the means, so the epistemic band lies inside the mixture's own
+    /// quantiles whatever the skew of a few particles. A summary, computed on the host.
+    pub fn mean_quantile(&self, p: f64) -> Vec<f64> {
+        let [particles, rows] = self.means.dims();
+        let means = to_vec_f64(&self.means);
+        let weights = to_vec_f64(&self.weights);
+        (0..rows)
+            .map(|r| {
+                let mut column: Vec<(f64, f64)> = (0..particles).map(|i| (means[i * rows + r], weights[i])).collect();
+                column.sort_by(|a, b| a.0.total_cmp(&b.0));
+                let mut cumulative = 0.0;
+                for &(value, weight) in &column {
+                    cumulative += weight;
+                    if cumulative >= p - 1e-12 {
+                        return value;
+                    }
+                }
+                column.last().map_or(f64::NAN, |c| c.0)
+            })
+            .collect()
+    }
+
     /// The mixture's `p`-quantile per row, by bisection between the components' extreme
     /// `8 sd` points (where every component's CDF is within `1e-15` of 0 or 1).
     pub fn quantile(&self, p: f64) -> Tensor<1> {
@@ -278,6 +302,20 @@ mod tests {
         for (level, q) in RegressionPredictive::LEVELS.iter().zip(&p.quantiles) {
             assert!((cdf(q[0]) - level).abs() < 1e-4, "level {level}: F({}) = {}", q[0], cdf(q[0]));
         }
+    }
+
+    /// The quantiles of the means alone: weighted order statistics, inside the means' range.
+    #[test]
+    fn mean_quantiles_are_weighted_order_statistics_of_the_means() {
+        let d = device();
+        // Row 0: means 5, -1, 2, 9 with weights 0.1, 0.2, 0.3, 0.4 (sorted: -1 (0.2), 2 (0.5),
+        // 5 (0.6), 9 (1.0) cumulative). Row 1: every mean 7.
+        let means = t2(&[5.0, 7.0, -1.0, 7.0, 2.0, 7.0, 9.0, 7.0], 4, 2, &d);
+        let m = Mixture::new(means, t1(&[1.0; 4], &d), t1(&[0.1, 0.2, 0.3, 0.4], &d));
+        assert_eq!(m.mean_quantile(0.05), vec![-1.0, 7.0]);
+        assert_eq!(m.mean_quantile(0.5), vec![2.0, 7.0]);
+        assert_eq!(m.mean_quantile(0.55), vec![5.0, 7.0]);
+        assert_eq!(m.mean_quantile(0.95), vec![9.0, 7.0]);
     }
 
     /// Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7): an independent erf for the test.
