@@ -24,6 +24,7 @@ pub mod minibatch;
 pub mod mvn;
 pub mod ode;
 pub mod program;
+pub mod strided_gemm;
 pub mod tensor_ops;
 
 pub use backend::BackendKind;

@@ -15,6 +15,7 @@ use burn::tensor::{DType, Element, TensorData};
 
 use super::Activation;
 use super::ops::{DenseSpec, ParticleDenseOps, generic};
+use crate::strided_gemm::{GemmScalar, Operand, gemm};
 
 impl ParticleDenseOps for Flex {
     fn particle_dense(input: FlexTensor, particles: FlexTensor, spec: DenseSpec) -> FlexTensor {
@@ -139,16 +140,22 @@ fn native2(
 
 /// The float types the native kernels run in.
 trait Real:
-    Element + Copy + PartialOrd + 'static + Add<Output = Self> + Sub<Output = Self> + Mul<Output = Self> + AddAssign
+    GemmScalar
+    + Element
+    + Copy
+    + PartialOrd
+    + 'static
+    + Add<Output = Self>
+    + Sub<Output = Self>
+    + Mul<Output = Self>
+    + AddAssign
 {
     const ZERO: Self;
-    const ONE: Self;
     fn tanh(self) -> Self;
 }
 
 impl Real for f32 {
     const ZERO: Self = 0.0;
-    const ONE: Self = 1.0;
     fn tanh(self) -> Self {
         tanh_f32(self)
     }
@@ -177,77 +184,8 @@ fn tanh_f32(x: f32) -> f32 {
 
 impl Real for f64 {
     const ZERO: Self = 0.0;
-    const ONE: Self = 1.0;
     fn tanh(self) -> Self {
         f64::tanh(self)
-    }
-}
-
-/// A matrix operand of [`gemm`]: the first element and the (row, column) strides, in elements.
-#[derive(Clone, Copy)]
-struct Operand<'a, T> {
-    values: &'a [T],
-    start: usize,
-    row_stride: usize,
-    col_stride: usize,
-}
-
-impl<'a, T> Operand<'a, T> {
-    /// Whether every element of a `[rows, cols]` matrix lies inside `values`.
-    fn fits(&self, rows: usize, cols: usize) -> bool {
-        rows == 0
-            || cols == 0
-            || self.start + (rows - 1) * self.row_stride + (cols - 1) * self.col_stride < self.values.len()
-    }
-}
-
-/// `dst = accumulate * dst + lhs rhs` for `lhs` `[m, k]`, `rhs` `[k, n]` and `dst` `[m, n]`
-/// (`dst` given by its start and strides in `out`), single-threaded: the layer's products are
-/// small, and the engines run the particles' work on one thread.
-#[allow(clippy::too_many_arguments)]
-fn gemm<T: Real>(
-    m: usize,
-    k: usize,
-    n: usize,
-    lhs: Operand<'_, T>,
-    rhs: Operand<'_, T>,
-    out: &mut [T],
-    dst: (usize, usize, usize),
-    accumulate: bool,
-) {
-    let (start, row_stride, col_stride) = (dst.0, dst.1, dst.2);
-    let dst_fits = m == 0 || n == 0 || start + (m - 1) * row_stride + (n - 1) * col_stride < out.len();
-    assert!(
-        lhs.fits(m, k) && rhs.fits(k, n) && dst_fits,
-        "particle dense layer: operand out of bounds ({m}x{k} times {k}x{n})"
-    );
-    if m == 0 || n == 0 {
-        return;
-    }
-    // SAFETY: every element addressed by the three (start, strides, extent) triples lies inside
-    // its slice (checked above); `out` is borrowed mutably, so it overlaps neither operand.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            out.as_mut_ptr().add(start),
-            col_stride as isize,
-            row_stride as isize,
-            accumulate,
-            lhs.values.as_ptr().add(lhs.start),
-            lhs.col_stride as isize,
-            lhs.row_stride as isize,
-            rhs.values.as_ptr().add(rhs.start),
-            rhs.col_stride as isize,
-            rhs.row_stride as isize,
-            T::ONE,
-            T::ONE,
-            false,
-            false,
-            false,
-            gemm::Parallelism::None,
-        );
     }
 }
 
@@ -280,7 +218,7 @@ fn forward<T: Real>(input: View<'_, T>, particles: View<'_, T>, spec: DenseSpec)
         let weights = packed_weights(p, n, dim, spec);
         // W^T [k, n o]: element (j, q) is the packed W[q, j].
         let w = Operand { values: &weights, start: 0, row_stride: 1, col_stride: k };
-        gemm(b, k, n * o, x(0), w, &mut out, (0, n * o, 1), true);
+        gemm(b, k, n * o, x(0), w, T::ONE, &mut out, (0, n * o, 1), true);
     } else if o == 1 {
         // One output per particle (a regression or binary head): a dot product per row and
         // particle, cheaper than n matrix-vector products through gemm.
@@ -293,7 +231,7 @@ fn forward<T: Real>(input: View<'_, T>, particles: View<'_, T>, spec: DenseSpec)
         for i in 0..n {
             // W_i^T [k, o]: element (j, u) is W_i[u, j].
             let w = Operand { values: p, start: i * dim + spec.offset, row_stride: 1, col_stride: k };
-            gemm(b, k, o, x(i), w, &mut out, (i * o, n * o, 1), true);
+            gemm(b, k, o, x(i), w, T::ONE, &mut out, (i * o, n * o, 1), true);
         }
     }
     match spec.activation {
@@ -360,7 +298,7 @@ fn params_grad<T: Real>(
         // G^T [n o, B]: element (q, r) is G[r, q].
         let gt = Operand { values: g, start: 0, row_stride: 1, col_stride: n * o };
         let x = Operand { values: input.values, start: 0, row_stride: k, col_stride: 1 };
-        gemm(n * o, b, k, gt, x, &mut dw, (0, k, 1), false);
+        gemm(n * o, b, k, gt, x, T::ONE, &mut dw, (0, k, 1), false);
         for (i, rows) in dw.chunks_exact(len).enumerate() {
             out[i * dim + spec.offset..][..len].copy_from_slice(rows);
         }
@@ -377,7 +315,7 @@ fn params_grad<T: Real>(
             // G_i^T [o, B]: element (u, r) is G[r, i, u].
             let gt = Operand { values: g, start: i * o, row_stride: 1, col_stride: n * o };
             let x = Operand { values: input.values, start: i * k, row_stride: m * k, col_stride: 1 };
-            gemm(o, b, k, gt, x, &mut out, (i * dim + spec.offset, k, 1), false);
+            gemm(o, b, k, gt, x, T::ONE, &mut out, (i * dim + spec.offset, k, 1), false);
         }
     }
     for (i, unit) in bias.chunks_exact(o).enumerate() {
@@ -416,7 +354,7 @@ fn input_grad<T: Real>(pre_grad: View<'_, T>, particles: View<'_, T>, spec: Dens
         let g = Operand { values: pre_grad.values, start: i * o, row_stride: n * o, col_stride: 1 };
         let w = Operand { values: particles.values, start: i * dim + spec.offset, row_stride: k, col_stride: 1 };
         let dst = if shared { (0, k, 1) } else { (i * k, n * k, 1) };
-        gemm(b, o, k, g, w, &mut out, dst, shared && i > 0);
+        gemm(b, o, k, g, w, T::ONE, &mut out, dst, shared && i > 0);
     }
     tensor(out, &[b, m, k])
 }

@@ -16,6 +16,7 @@
 
 use burn::tensor::{Device, Tensor, TensorData};
 use parvi_model::fastmath::{exp_f32, exp_f32_fma, exp_scaled_in_place, has_avx2_fma};
+use parvi_model::strided_gemm::{Operand, gemm};
 use parvi_model::tensor_ops::{median_by_selection, to_vec_f32};
 
 use super::{
@@ -86,9 +87,9 @@ impl HostSet {
         }
         // |a|^2 + |b|^2 - 2 a.b: one product, then the norms added and clamped in one pass.
         let mut out = vec![0.0f32; la * lb];
-        let lhs = Mat { values: &self.rows, start: sa * dim, row_stride: dim, col_stride: 1 };
-        let rhs = Mat { values: &self.rows, start: sb * dim, row_stride: 1, col_stride: dim };
-        gemm(la, dim, lb, lhs, rhs, -2.0, &mut out, (0, lb), false);
+        let lhs = Operand { values: &self.rows, start: sa * dim, row_stride: dim, col_stride: 1 };
+        let rhs = Operand { values: &self.rows, start: sb * dim, row_stride: 1, col_stride: dim };
+        gemm(la, dim, lb, lhs, rhs, -2.0, &mut out, (0, lb, 1), false);
         for (row, &na) in out.chunks_exact_mut(lb).zip(&self.norms[sa..sa + la]) {
             row.iter_mut().zip(&self.norms[sb..sb + lb]).for_each(|(v, &nb)| *v = (*v + na + nb).max(0.0));
         }
@@ -199,13 +200,13 @@ fn rbf_direction_with(
                     None => set.distances((sa, la), (sb, lb)),
                 };
                 exp_scaled_in_place(buf, rate);
-                let e = Mat { values: buf, start: 0, row_stride: lb, col_stride: 1 };
-                let rhs = Mat { values: &right, start: sb * w, row_stride: w, col_stride: 1 };
-                gemm(la, lb, w, e, rhs, 1.0, acc, (sa * w, w), true);
+                let e = Operand { values: buf, start: 0, row_stride: lb, col_stride: 1 };
+                let rhs = Operand { values: &right, start: sb * w, row_stride: w, col_stride: 1 };
+                gemm(la, lb, w, e, rhs, 1.0, acc, (sa * w, w, 1), true);
                 if a != b {
-                    let et = Mat { values: buf, start: 0, row_stride: 1, col_stride: lb };
-                    let rhs = Mat { values: &right, start: sa * w, row_stride: w, col_stride: 1 };
-                    gemm(lb, la, w, et, rhs, 1.0, acc, (sb * w, w), true);
+                    let et = Operand { values: buf, start: 0, row_stride: 1, col_stride: lb };
+                    let rhs = Operand { values: &right, start: sa * w, row_stride: w, col_stride: 1 };
+                    gemm(lb, la, w, et, rhs, 1.0, acc, (sb * w, w, 1), true);
                 }
             },
         )
@@ -422,70 +423,6 @@ impl FusedTile<'_> {
 #[inline(always)]
 fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
     if FMA { a.mul_add(b, c) } else { a * b + c }
-}
-
-/// A matrix operand of [`gemm`]: its first element and (row, column) strides in `values`.
-#[derive(Clone, Copy)]
-struct Mat<'a> {
-    values: &'a [f32],
-    start: usize,
-    row_stride: usize,
-    col_stride: usize,
-}
-
-impl Mat<'_> {
-    fn fits(&self, rows: usize, cols: usize) -> bool {
-        rows == 0
-            || cols == 0
-            || self.start + (rows - 1) * self.row_stride + (cols - 1) * self.col_stride < self.values.len()
-    }
-}
-
-/// `out[dst] = accumulate out[dst] + scale lhs rhs` for `lhs` `[m, k]`, `rhs` `[k, p]`, `dst` the
-/// row-major `[m, p]` block at `(start, row_stride)` of `out`; single-threaded (the tiles are
-/// shared among the workers instead).
-#[allow(clippy::too_many_arguments)]
-fn gemm(
-    m: usize,
-    k: usize,
-    p: usize,
-    lhs: Mat<'_>,
-    rhs: Mat<'_>,
-    scale: f32,
-    out: &mut [f32],
-    (start, row_stride): (usize, usize),
-    accumulate: bool,
-) {
-    let dst_fits = m == 0 || p == 0 || start + (m - 1) * row_stride + p - 1 < out.len();
-    assert!(lhs.fits(m, k) && rhs.fits(k, p) && dst_fits, "kernel tile product out of bounds ({m}x{k} times {k}x{p})");
-    if m == 0 || p == 0 {
-        return;
-    }
-    // SAFETY: every element the three (start, strides, extent) triples address lies inside its
-    // slice (checked above); `out` is borrowed mutably, so it overlaps neither operand.
-    unsafe {
-        gemm::gemm(
-            m,
-            p,
-            k,
-            out.as_mut_ptr().add(start),
-            1,
-            row_stride as isize,
-            accumulate,
-            lhs.values.as_ptr().add(lhs.start),
-            lhs.col_stride as isize,
-            lhs.row_stride as isize,
-            rhs.values.as_ptr().add(rhs.start),
-            rhs.col_stride as isize,
-            rhs.row_stride as isize,
-            1.0,
-            scale,
-            false,
-            false,
-            false,
-            gemm::Parallelism::None,
-        );
-    }
 }
 
 #[cfg(test)]
