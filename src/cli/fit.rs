@@ -112,6 +112,10 @@ pub struct FitArgs {
     /// The polish step's budget: MALA steps per chain after its warm-up [default: 5000].
     #[arg(long)]
     pub polish_steps: Option<usize>,
+    /// The polish step's kernel: `auto` (MALA, switching to autoMALA when one step size leaves
+    /// chains stuck), `mala` or `auto-mala` [default: auto].
+    #[arg(long, value_name = "KERNEL")]
+    pub polish_kernel: Option<String>,
     /// Share the particles among the processes of an MPI job (`mpirun -np K parvi fit ...
     /// --distributed`; needs the `mpi` feature): the same particles as one process, rank 0
     /// prints and writes.
@@ -172,6 +176,7 @@ impl FitArgs {
             polish: self.polish || (file.polish && !self.no_polish),
             no_polish: self.no_polish || (file.no_polish && !self.polish),
             polish_steps: self.polish_steps.or(file.polish_steps),
+            polish_kernel: self.polish_kernel.or(file.polish_kernel),
         })
     }
 }
@@ -342,7 +347,7 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
         )?;
     }
     let resume = args.resume.as_deref().map(Checkpoint::load).transpose()?;
-    let polish = polish_config(args.polish, args.no_polish, args.polish_steps)?;
+    let polish = polish_config(args.polish, args.no_polish, args.polish_steps, args.polish_kernel.as_deref())?;
     // Every rank makes the directory (as before: checkpoints go there); the lead, which writes
     // the outputs, also checks that it can write there.
     if lead {
@@ -546,7 +551,7 @@ fn run_settings(
             match (&result.diagnostics.polish, args.polish) {
                 (None, _) if args.no_polish => "off".to_string(),
                 (None, _) => "not run".to_string(),
-                (Some(_), _) => "on".to_string(),
+                (Some(p), _) => format!("on,kernel={}", p.kernel.name()),
             },
         ),
     ];
@@ -597,27 +602,38 @@ fn summary_footer(stats: &Summary) -> String {
     text
 }
 
-/// The polish step's settings from `--polish` (every run, the default), `--no-polish` (none)
-/// and `--polish-steps`.
+/// The polish step's settings from `--polish` (every run, the default), `--no-polish` (none),
+/// `--polish-steps` and `--polish-kernel`.
 pub(crate) fn polish_config(
     polish: bool,
     no_polish: bool,
     steps: Option<usize>,
+    kernel: Option<&str>,
 ) -> Result<Option<parvi_infer::evaluation::PolishConfig>> {
-    use parvi_infer::evaluation::PolishConfig;
+    use parvi_infer::evaluation::{PolishConfig, PolishKernel};
     if polish && no_polish {
         bail!("invalid settings `--polish` and `--no-polish`: give one of them");
     }
     if no_polish {
-        if steps.is_some() {
-            bail!("invalid setting `--polish-steps`: it sets the polish step's budget, which `--no-polish` turns off");
+        for (given, flag) in [(steps.is_some(), "--polish-steps"), (kernel.is_some(), "--polish-kernel")] {
+            if given {
+                bail!("invalid setting `{flag}`: it sets the polish step, which `--no-polish` turns off");
+            }
         }
         return Ok(None);
     }
     let default = PolishConfig::default();
+    let kernel = match kernel {
+        None => default.kernel,
+        Some("auto") => PolishKernel::Auto,
+        Some("mala") => PolishKernel::Mala,
+        Some("auto-mala") => PolishKernel::AutoMala,
+        Some(other) => bail!("invalid setting `--polish-kernel`: `{other}` is not one of auto, mala, auto-mala"),
+    };
     Ok(Some(PolishConfig {
         when: if polish { PolishWhen::Always } else { default.when },
         steps: steps.unwrap_or(default.steps),
+        kernel,
         ..default
     }))
 }

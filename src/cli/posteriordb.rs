@@ -66,6 +66,9 @@ pub struct PosteriorDbArgs {
     /// The polish step's budget: MALA steps per chain after its warm-up [default: 5000].
     #[arg(long)]
     pub polish_steps: Option<usize>,
+    /// The polish step's kernel: auto, mala or auto-mala [default: auto].
+    #[arg(long, value_name = "KERNEL")]
+    pub polish_kernel: Option<String>,
     /// A method option (applies to every method run; repeatable).
     #[arg(long)]
     pub opt: Vec<String>,
@@ -200,8 +203,14 @@ pub fn run(args: PosteriorDbArgs) -> Result<()> {
             }
             if let Some(p) = row.diagnostics.as_ref().and_then(|d| d.polish.as_ref()) {
                 println!(
-                    "    polished: {} MALA steps after {} of warm-up, {} chains, split R-hat {:.3}, bulk ESS {:.0}, {:.1} s",
-                    p.steps, p.warmup, p.chains, p.max_rhat, p.min_ess, p.seconds
+                    "    polished: {} {} steps after {} of warm-up, {} chains, split R-hat {:.3}, bulk ESS {:.0}, {:.1} s",
+                    p.steps,
+                    p.kernel.name(),
+                    p.warmup,
+                    p.chains,
+                    p.max_rhat,
+                    p.min_ess,
+                    p.seconds
                 );
             }
             rows.push(row);
@@ -317,7 +326,12 @@ fn run_one(
             precondition,
             check_steps: args.check_steps,
             check_level: args.check_level,
-            polish: super::fit::polish_config(args.polish, args.no_polish, args.polish_steps)?,
+            polish: super::fit::polish_config(
+                args.polish,
+                args.no_polish,
+                args.polish_steps,
+                args.polish_kernel.as_deref(),
+            )?,
             ..Default::default()
         };
         let result = fit(model, &spec, &config, &mut [], device)?;

@@ -273,8 +273,13 @@ impl Diagnostics {
     pub fn particles_flagged(&self) -> bool {
         let stationarity = self.stationarity.as_ref().is_some_and(|s| s.rejected() || s.inconclusive);
         let drifting = self.drift.is_some_and(|m| m.is_nan() || m > MAX_DRIFT);
-        let ksd_rose = matches!((self.ksd_start, self.ksd_end), (Some(a), Some(b)) if b.is_nan() || b > 2.0 * a);
-        stationarity || drifting || ksd_rose || !self.warnings.is_empty()
+        stationarity || drifting || self.ksd_rose() || !self.warnings.is_empty()
+    }
+
+    /// Whether the run moved the set away from the target: its kernel Stein discrepancy more
+    /// than doubled (or became NaN).
+    pub fn ksd_rose(&self) -> bool {
+        matches!((self.ksd_start, self.ksd_end), (Some(a), Some(b)) if b.is_nan() || b > 2.0 * a)
     }
 
     /// The report's diagnostics, not yet judged.
@@ -349,15 +354,23 @@ impl Diagnostics {
         }
         if let Some(p) = self.polish.as_ref().filter(|p| !p.converged) {
             self.warnings.push(format!(
-                "the polish step's MALA chains did not mix within its budget of {} steps: split R-hat {:.3}, bulk ESS {:.0} (raise --polish-steps)",
-                p.steps, p.max_rhat, p.min_ess
+                "the polish step's {} chains did not mix within its budget of {} steps: split R-hat {:.3}, bulk ESS {:.0} (raise --polish-steps)",
+                p.kernel.name(),
+                p.steps,
+                p.max_rhat,
+                p.min_ess
             ));
         }
         if let (Some(a), Some(b)) = (self.ksd_start, self.ksd_end)
-            && (b.is_nan() || b > 2.0 * a)
+            && self.ksd_rose()
         {
+            let polish = if self.polish.as_ref().is_some_and(|p| p.from_start) {
+                " (the polish step's chains started from the initial particles instead)"
+            } else {
+                ""
+            };
             self.warnings.push(format!(
-                "{method} moved away from the target: the kernel Stein discrepancy rose from {a:.3e} to {b:.3e}"
+                "{method} moved away from the target: the kernel Stein discrepancy rose from {a:.3e} to {b:.3e}{polish}"
             ));
         }
     }
@@ -468,6 +481,7 @@ pub fn fit(
             start.positions + parvi_model::tensor_ops::matrix_from_vec(offsets, config.particles, model.dim(), device);
     }
     let ksd_start = if config.resume.is_none() { stein_discrepancy(target, &start.positions) } else { None };
+    let initial = ksd_start.is_some().then(|| start.clone());
     let mut engine = spec.build()?;
     let run = RunConfig {
         batch_size: config.batch_size,
@@ -536,8 +550,17 @@ pub fn fit(
         PolishWhen::Flagged => diagnostics.particles_flagged(),
     };
     if let Some(p) = config.polish.as_ref().filter(polish_this) {
-        match polish(target, &outcome.particles, chains.as_ref(), p, config.seed) {
-            Ok(run) => {
+        // A run that moved the set away from the target (SVGD drawn down a funnel's neck, where
+        // MALA chains need thousands of steps to climb out) is a worse start for the chains than
+        // the set it started from: they start there instead.
+        let from_start = initial.as_ref().filter(|_| diagnostics.ksd_rose());
+        let (from, from_chains) = match from_start {
+            Some(initial) => (initial, None),
+            None => (&outcome.particles, chains.as_ref()),
+        };
+        match polish(target, from, from_chains, p, config.seed) {
+            Ok(mut run) => {
+                run.report.from_start = from_start.is_some();
                 diagnostics.polish = Some(run.report);
                 polished = Some(Particles::new(run.draws));
             }

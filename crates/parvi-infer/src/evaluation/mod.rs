@@ -3,6 +3,7 @@
 //! chains started at the particles leave their moments where they are?), and the polish step
 //! that continues those chains until they have mixed; and the `stansummary`-style summary of draws.
 
+mod auto_mala;
 mod diagnostics;
 mod metrics;
 mod polish;
@@ -12,7 +13,10 @@ mod trace;
 
 pub use diagnostics::{TraceDiagnostics, TraceView, bulk_ess, ess, split_rhat};
 pub use metrics::{Statistic, ksd_squared, mmd_squared, weighted_mmd_squared};
-pub use polish::{MAX_KEPT, Polish, PolishConfig, PolishWhen, Polished, polish};
+pub use polish::{
+    MAX_KEPT, PROBE_STEPS, Polish, PolishConfig, PolishKernel, PolishWhen, Polished, STUCK_ACCEPTANCE, STUCK_SHARE,
+    polish,
+};
 pub use stationarity::{
     MIN_ACCEPTANCE, MIN_PARTICLES, MalaChains, MomentShift, Stationarity, StationarityConfig, TARGET_ACCEPTANCE,
     bonferroni_threshold, mala_chains, normal_quantile, stationarity_check, stationarity_check_chains,

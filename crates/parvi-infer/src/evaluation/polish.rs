@@ -12,6 +12,15 @@
 //! once R-hat is at most `rhat` and the ESS at least `ess`, or at the budget of `steps`. Memory
 //! stays bounded: past [`MAX_KEPT`] draws per chain every other draw is dropped and the thinning
 //! doubles (Geyer's rule of halving a full trace).
+//!
+//! One step size cannot serve a posterior whose scale changes with position (Neal's funnel: the
+//! neck needs steps a hundredth of the mouth's): chains in the neck reject every proposal and the
+//! draws never reach it. So the first [`PROBE_STEPS`] kept steps also count each chain's mean
+//! acceptance probability, and when more than [`STUCK_SHARE`] of the chains accept less than
+//! [`STUCK_ACCEPTANCE`] (a smooth target at one good step leaves hardly any chain there), the
+//! polish step drops what it kept and continues with autoMALA ([`super::auto_mala`]), which picks
+//! every chain's step afresh at every iteration, reversibly, for two to four scores an iteration
+//! instead of one (`kernel` forces either).
 
 use std::time::Instant;
 
@@ -20,12 +29,33 @@ use parvi_model::LogDensity;
 use parvi_model::tensor_ops::to_vec_f32;
 use serde::{Deserialize, Serialize};
 
+use crate::evaluation::auto_mala::AutoMala;
 use crate::evaluation::stationarity::{Mala, MalaChains, chain_start};
 use crate::evaluation::{MIN_PARTICLES, TraceView, bulk_ess, split_rhat};
 use crate::{EngineRng, InferError, Particles};
 
 /// Draws kept per chain before the trace is thinned by half.
 pub const MAX_KEPT: usize = 1000;
+/// Steps after the warm-up over which each chain's MALA acceptance is averaged to see stuck chains.
+pub const PROBE_STEPS: usize = 50;
+/// A chain whose mean acceptance probability over the probe is below this is stuck (MALA tuned
+/// to 0.574 on average).
+pub const STUCK_ACCEPTANCE: f64 = 0.1;
+/// More than this share of stuck chains switches [`PolishKernel::Auto`] to autoMALA.
+pub const STUCK_SHARE: f64 = 0.05;
+
+/// The polish step's Markov kernel.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PolishKernel {
+    /// MALA with one adapted step, switching to autoMALA when chains are stuck (module docs).
+    #[default]
+    Auto,
+    /// MALA with one adapted step.
+    Mala,
+    /// autoMALA from the start of the kept steps.
+    AutoMala,
+}
 
 /// When [`crate::fit`] runs the polish step.
 ///
@@ -66,6 +96,19 @@ pub struct PolishConfig {
     /// reliable long before a thousand chains, and one chain per particle would make 100,000
     /// particles 10^7 draws (and a polish step that costs far more than the run).
     pub max_chains: usize,
+    /// The Markov kernel (`--polish-kernel`).
+    pub kernel: PolishKernel,
+}
+
+impl PolishKernel {
+    /// The kernel's name as the command line spells it (`--polish-kernel`) and messages print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Mala => "MALA",
+            Self::AutoMala => "autoMALA",
+        }
+    }
 }
 
 impl Default for PolishConfig {
@@ -78,6 +121,7 @@ impl Default for PolishConfig {
             ess: 400.0,
             check_every: 50,
             max_chains: 1000,
+            kernel: PolishKernel::default(),
         }
     }
 }
@@ -115,7 +159,7 @@ impl PolishConfig {
 pub struct Polish {
     /// Chains (one per particle, at most `max_chains`).
     pub chains: usize,
-    /// Warm-up steps per chain.
+    /// Warm-up steps per chain (MALA's, plus autoMALA's when it took over).
     pub warmup: usize,
     /// Steps per chain after the warm-up.
     pub steps: usize,
@@ -123,7 +167,13 @@ pub struct Polish {
     pub thin: usize,
     /// Draws kept per chain.
     pub kept: usize,
-    /// The fixed step size after the warm-up (in units of the particles' coordinate variances).
+    /// The kernel the kept draws came from: [`PolishKernel::Mala`] or [`PolishKernel::AutoMala`].
+    pub kernel: PolishKernel,
+    /// Share of the chains stuck (mean acceptance below [`STUCK_ACCEPTANCE`]) over the MALA
+    /// probe; NaN where no probe ran.
+    pub stuck_share: f64,
+    /// The fixed step size after the warm-up (in units of the particles' coordinate variances;
+    /// autoMALA's base step, squared).
     pub step_size: f64,
     /// Mean acceptance probability after the warm-up.
     pub acceptance: f64,
@@ -135,6 +185,10 @@ pub struct Polish {
     pub converged: bool,
     /// Model evaluations with gradient (rows).
     pub score_evals: usize,
+    /// Whether the chains started from the engine's initial particles rather than its final ones
+    /// ([`crate::fit`] does so when the run raised the kernel Stein discrepancy).
+    #[serde(default)]
+    pub from_start: bool,
     /// Wall seconds.
     pub seconds: f64,
 }
@@ -185,19 +239,57 @@ pub fn polish(
         (start, n)
     };
     let first = parvi_model::score(model, start.clone(), None)?;
-    let mut mala = Mala { model, scale, rng: &mut rng, n, d };
-    let (mut state, h) = mala.adapt((start, first.log_prob, first.grad), h0, config.warmup)?;
+    let mut mala = Mala { model, scale: scale.clone(), rng: &mut rng, n, d };
+    let (mut state, mut h) = mala.adapt((start, first.log_prob, first.grad), h0, config.warmup)?;
     let mut evals = n * (1 + config.warmup);
+    let mut warmup = config.warmup;
 
     let (mut kept, mut thin, mut steps, mut accepted) = (Vec::<f32>::new(), 1usize, 0usize, 0.0);
     let (mut max_rhat, mut min_ess, mut converged) = (f64::INFINITY, 0.0, false);
     let mut next_look = config.check_every;
+    let mut kernel = if config.kernel == PolishKernel::AutoMala { PolishKernel::AutoMala } else { PolishKernel::Mala };
+    let mut probe = (config.kernel == PolishKernel::Auto).then(|| Tensor::<1>::zeros([n], &state.0.device()));
+    let mut stuck_share = f64::NAN;
+    let mut auto = AutoMala { model, scale, rng: mala.rng, n, d };
+    if kernel == PolishKernel::AutoMala {
+        let (next, eps0, spent) = auto.adapt(state, h.sqrt(), config.warmup)?;
+        (state, h, evals, warmup) = (next, eps0 * eps0, evals + spent, warmup + config.warmup);
+    }
     while steps < config.steps {
-        let (next, acceptance) = mala.step(state, h)?;
-        state = next;
+        let acceptance;
+        (state, acceptance) = match kernel {
+            PolishKernel::AutoMala => {
+                let (next, step) = auto.step(state, h.sqrt())?;
+                evals += step.evals;
+                (next, step.acceptance)
+            }
+            _ => {
+                let mut mala = Mala { model, scale: auto.scale.clone(), rng: &mut *auto.rng, n, d };
+                let (next, each) = mala.step_each(state, h)?;
+                evals += n;
+                let mean = f64::from(each.clone().mean().into_scalar::<f32>());
+                probe = probe.map(|sum| sum + each);
+                (next, mean)
+            }
+        };
         steps += 1;
-        evals += n;
         accepted += acceptance;
+        if steps == PROBE_STEPS
+            && let Some(sum) = probe.take()
+        {
+            let means = to_vec_f32(&sum.div_scalar(PROBE_STEPS as f64));
+            stuck_share = means.iter().filter(|&&a| f64::from(a) < STUCK_ACCEPTANCE).count() as f64 / n as f64;
+            if stuck_share > STUCK_SHARE {
+                // One step does not fit every chain: start over with autoMALA from here (the
+                // MALA draws kept so far are dropped, their steps count as warm-up).
+                kernel = PolishKernel::AutoMala;
+                let (next, eps0, spent) = auto.adapt(state, h.sqrt(), config.warmup)?;
+                (state, h, evals) = (next, eps0 * eps0, evals + spent);
+                warmup += PROBE_STEPS + config.warmup;
+                (kept, thin, steps, accepted, next_look) = (Vec::new(), 1, 0, 0.0, config.check_every);
+                continue;
+            }
+        }
         if steps % thin == 0 {
             kept.extend(to_vec_f32(&state.0));
             if kept.len() / (n * d) > MAX_KEPT {
@@ -223,16 +315,19 @@ pub fn polish(
         draws,
         report: Polish {
             chains: n,
-            warmup: config.warmup,
+            warmup,
             steps,
             thin,
             kept: snapshots,
+            kernel,
+            stuck_share,
             step_size: h,
             acceptance: accepted / steps.max(1) as f64,
             max_rhat,
             min_ess,
             converged,
             score_evals: evals,
+            from_start: false,
             seconds: started.elapsed().as_secs_f64(),
         },
     })

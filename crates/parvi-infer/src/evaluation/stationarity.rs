@@ -404,7 +404,17 @@ impl Mala<'_, '_> {
 
     /// One step of every chain at step size `h`: the new state and the mean acceptance
     /// probability (a non-finite proposal counts as rejected).
-    pub(crate) fn step(&mut self, (x, lp_x, g_x): MalaState, h: f64) -> Result<(MalaState, f64), InferError> {
+    pub(crate) fn step(&mut self, state: MalaState, h: f64) -> Result<(MalaState, f64), InferError> {
+        let (next, probability) = self.step_each(state, h)?;
+        Ok((next, f64::from(probability.mean().into_scalar::<f32>())))
+    }
+
+    /// [`Self::step`] with each chain's acceptance probability `[n]`.
+    pub(crate) fn step_each(
+        &mut self,
+        (x, lp_x, g_x): MalaState,
+        h: f64,
+    ) -> Result<(MalaState, Tensor<1>), InferError> {
         let (n, d) = (self.n, self.d);
         let device = x.device();
         let s2 = self.scale.clone().powi_scalar(2);
@@ -425,12 +435,11 @@ impl Mala<'_, '_> {
         let accept = log_u.lower(log_alpha.clone());
         let probability = log_alpha.clamp_max(0.0).exp();
         let probability = probability.clone().mask_fill(probability.is_nan(), 0.0);
-        let acceptance = f64::from(probability.mean().into_scalar::<f32>());
         let rows = accept.clone().reshape([n, 1]).repeat_dim(1, d);
         let x = x.mask_where(rows.clone(), y);
         let g = g_x.mask_where(rows, g_y);
         let lp = lp_x.mask_where(accept, lp_y);
-        Ok(((x, lp, g), acceptance))
+        Ok(((x, lp, g), probability))
     }
 }
 

@@ -71,3 +71,24 @@ pub fn posteriordb_dir(test: &str) -> Option<std::path::PathBuf> {
     eprintln!("{test}: skipped, no posteriordb suite (set PARVI_POSTERIORDB_DIR)");
     None
 }
+
+/// Neal's funnel in `1 + k` dimensions: `v ~ N(0, 3^2)`, `z_i ~ N(0, e^v)`.
+pub struct Funnel {
+    pub k: usize,
+}
+
+impl parvi_model::LogDensity for Funnel {
+    fn dim(&self) -> usize {
+        1 + self.k
+    }
+    fn log_prob(&self, x: Tensor<2>, _: Option<&parvi_model::Minibatch>) -> parvi_model::burn::tensor::Tensor<1> {
+        let n = x.dims()[0];
+        let v = x.clone().slice([0..n, 0..1]);
+        let z = x.slice([0..n, 1..1 + self.k]);
+        // log N(v | 0, 9) + sum_i log N(z_i | 0, e^v), constants dropped.
+        let lp = v.clone().square().mul_scalar(-1.0 / 18.0)
+            - z.square().sum_dim(1).mul(v.clone().neg().exp()).mul_scalar(0.5)
+            - v.mul_scalar(0.5 * self.k as f64);
+        lp.squeeze_dim(1)
+    }
+}
