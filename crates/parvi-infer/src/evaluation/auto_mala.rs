@@ -205,15 +205,17 @@ impl AutoMala<'_, '_> {
         let mut back = forward.end.clone();
         back.p = back.p.neg();
         let (reverse, evals_reverse) = self.select(&back, eps0, &lower, &upper)?;
-        let mut accept = vec![false; n];
         let mut probability_sum = 0.0;
-        for c in 0..n {
-            let l = forward.change[c];
-            if forward.exponent[c] == reverse.exponent[c] && l.is_finite() {
-                probability_sum += f64::from(l.min(0.0)).exp();
-                accept[c] = self.rng.uniform().max(f64::MIN_POSITIVE).ln() < f64::from(l);
-            }
-        }
+        let accept: Vec<bool> = (0..n)
+            .map(|c| {
+                let l = forward.change[c];
+                let reversible = forward.exponent[c] == reverse.exponent[c] && l.is_finite();
+                if reversible {
+                    probability_sum += f64::from(l.min(0.0)).exp();
+                }
+                reversible && self.rng.uniform().max(f64::MIN_POSITIVE).ln() < f64::from(l)
+            })
+            .collect();
         let mask1 = Tensor::<1, Bool>::from_data(TensorData::new(accept, [n]), &device);
         let mask2 = mask1.clone().reshape([n, 1]).repeat_dim(1, d);
         let end = forward.end;
