@@ -48,13 +48,15 @@ fn parvi(args: &[&str]) -> (bool, String) {
 fn cli_rejects_bad_settings_by_name() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().to_str().unwrap();
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 8] = [
         (&["fit", "--model", "nope", "--out", out], "unknown model `nope`"),
         (&["fit", "--model", "gaussian", "--backend", "tpu", "--out", out], "unknown backend `tpu`"),
         (&["fit", "--model", "gaussian", "--particles", "0", "--out", out], "`--particles`"),
         (&["fit", "--model", "gaussian", "--lr", "0", "--out", out], "`lr`"),
         (&["fit", "--model", "gaussian", "--bandwidth", "-1", "--out", out], "`bandwidth`"),
         (&["fit", "--model", "gaussian", "--method", "magic", "--out", out], "unknown method `magic`"),
+        (&["fit", "--model", "gaussian", "--polish-kernel", "hmc", "--out", out], "`--polish-kernel`: `hmc`"),
+        (&["fit", "--model", "gaussian", "--no-polish", "--polish-kernel", "mala", "--out", out], "`--polish-kernel`"),
     ];
     for (args, needle) in cases {
         let (ok, stderr) = parvi(args);
