@@ -409,22 +409,19 @@ impl Bnn {
         let n = particles.dims()[0];
         let (x, _) = Minibatch::select(batch, self.x.clone());
         let (y, _) = Minibatch::select(batch, self.y.clone());
+        if self.config.task == BnnTask::Regression {
+            // The network and its residual sum in one piece: one autodiff node when fused.
+            return Likelihood::SumOfSquares(self.net.sum_squared_residuals(particles, x, y));
+        }
         let out = self.outputs(particles, x); // [B, n, k]
         let [b, _, k] = out.dims();
-        match self.config.task {
-            BnnTask::Regression => Likelihood::SumOfSquares(match self.config.layer_ops {
-                LayerOps::Fused => fused::sum_squared_residuals(y, out.reshape([b, n])),
-                LayerOps::Plain => (y - out.reshape([b, n])).square().sum_dim(0).reshape([n, 1]),
-            }),
-            BnnTask::Classification { .. } if k == 1 => {
-                let lik = Bernoulli::from_logits(out.reshape([b, n])).log_prob(y);
-                Likelihood::LogLik(lik.sum_dim(0).reshape([n]))
-            }
-            BnnTask::Classification { .. } => {
-                let onehot = y.reshape([b, 1, k]);
-                let lik = (activation::log_softmax(out, 2) * onehot).sum_dim(2).sum_dim(0);
-                Likelihood::LogLik(lik.reshape([n]))
-            }
+        if k == 1 {
+            let lik = Bernoulli::from_logits(out.reshape([b, n])).log_prob(y);
+            Likelihood::LogLik(lik.sum_dim(0).reshape([n]))
+        } else {
+            let onehot = y.reshape([b, 1, k]);
+            let lik = (activation::log_softmax(out, 2) * onehot).sum_dim(2).sum_dim(0);
+            Likelihood::LogLik(lik.reshape([n]))
         }
     }
 }

@@ -19,6 +19,9 @@
 //!   scalar ops, per op: the per-node price of the graph, almost all of it bookkeeping and
 //!   allocation on tensors this small.
 //! - `svgd direction`, `adagrad update`: the kernel part and the step-size adapter.
+//! - `svgd step through the run loop`: one whole step as `parvi bench speed` times it (the
+//!   `Runner` with SVGD, the RBF median kernel, AdaGrad 1e-3, minibatches of 100, the divergence
+//!   check every step), per step of 200-step runs.
 //! - `hand-written score`, `hand-written step`: the reference (analytic gradients, gemm).
 
 use std::time::Instant;
@@ -26,7 +29,10 @@ use std::time::Instant;
 use anyhow::{Result, bail};
 use parvi_bench::handwritten::{BnnShape, HandwrittenSvgd};
 use parvi_infer::kernels::svgd_direction;
-use parvi_infer::{AdapterConfig, BatchOrder, BatchStream, EngineRng, Rbf};
+use parvi_infer::{
+    AdapterConfig, BatchOrder, BatchStream, EngineRng, EngineSpec, KernelConfig, MethodConfig, Particles, Rbf,
+    RunConfig, Runner,
+};
 use parvi_model::burn::tensor::Tensor;
 use parvi_model::layers::LayerOps;
 use parvi_model::tensor_ops::{to_vec_f32, to_vec_f64};
@@ -143,6 +149,23 @@ fn main() -> Result<()> {
     let mut adagrad = AdapterConfig::adagrad(1e-3).build()?;
     let adapter_us = time_us(|| particles.clone() + adagrad.delta(grad.clone()));
     rows.push(("adagrad update".into(), adapter_us));
+
+    let spec = EngineSpec::new(
+        MethodConfig::default_for("svgd")?,
+        KernelConfig::Rbf { bandwidth: None },
+        AdapterConfig::adagrad(1e-3),
+    );
+    let start = Particles::new(particles.clone());
+    let mut run_us = f64::INFINITY;
+    for block in 0..=BLOCKS {
+        let mut engine = spec.build()?;
+        let config = RunConfig { batch_size: Some(BATCH), batch_order: BatchOrder::Cycle, ..RunConfig::new(CALLS, 0) };
+        let outcome = Runner::new(engine.as_mut(), &model, start.clone(), config)?.run(&mut [])?;
+        if block > 0 {
+            run_us = run_us.min(1e3 * outcome.ms_per_step());
+        }
+    }
+    rows.push(("svgd step through the run loop".into(), run_us));
 
     let shape = BnnShape { inputs: INPUTS, hidden: HIDDEN };
     let (xf, yf): (Vec<f32>, Vec<f32>) = (x.iter().map(|&v| v as f32).collect(), y.iter().map(|&v| v as f32).collect());

@@ -255,3 +255,119 @@ fn layers_refuse_bad_shapes_and_layouts_by_name() {
     );
     assert!(reason(DenseLayer::from_layout(&layout, "w", "nope", Activation::Tanh).unwrap_err()).contains("nope"));
 }
+
+/// The networks whose residual sums are checked: one linear layer; one and two hidden layers of
+/// each activation (a one-output head above them, and a many-output layer reading one input per
+/// particle in the deeper ones); a head with an activation of its own.
+fn residual_networks() -> Vec<DenseStack> {
+    let mut nets = vec![DenseStack::new(1, &[4, 1], Activation::Identity, Activation::Identity).unwrap()];
+    for hidden in [Activation::Relu, Activation::Tanh, Activation::Identity] {
+        nets.push(DenseStack::new(1, &[4, 6, 1], hidden, Activation::Identity).unwrap());
+        nets.push(DenseStack::new(2, &[4, 6, 5, 1], hidden, Activation::Identity).unwrap());
+    }
+    nets.push(DenseStack::new(0, &[4, 6, 1], Activation::Relu, Activation::Tanh).unwrap());
+    nets
+}
+
+/// `sum_i c_i ssr_i` with fixed weights `c` (so that every particle's gradient is scaled
+/// differently), through [`DenseStack::sum_squared_residuals`].
+fn weighted_residuals(net: &DenseStack, p: Tensor<2>, x: Tensor<2>, y: Tensor<2>, c: Tensor<2>) -> Tensor<1> {
+    let n = p.dims()[0];
+    (net.sum_squared_residuals(p, x, y) * c).reshape([n])
+}
+
+#[test]
+fn network_residual_sums_equal_plain_ops_on_every_backend() {
+    for (backend, device) in backends() {
+        let tol = if backend == BackendKind::Wgpu { 1e-3 } else { 1e-5 };
+        let ad = device.autodiff();
+        for net in residual_networks() {
+            let p = normal([5, net.end() + 3], 4, DType::F32, &ad).mul_scalar(0.5);
+            let x = normal([9, 4], 5, DType::F32, &ad);
+            let y = normal([9, 1], 6, DType::F32, &ad);
+            let c = normal([5, 1], 7, DType::F32, &ad);
+            let run = |ops: LayerOps| {
+                let net = net.clone().with_ops(ops);
+                let (v, g) =
+                    value_and_grad(p.clone(), |p| weighted_residuals(&net, p, x.clone(), y.clone(), c.clone()))
+                        .unwrap();
+                (to_vec_f64(&v), to_vec_f64(&g))
+            };
+            let (fused, plain) = (run(LayerOps::Fused), run(LayerOps::Plain));
+            let (ev, eg) = (max_rel_err(&fused.0, &plain.0), max_rel_err(&fused.1, &plain.1));
+            assert!(ev < tol && eg < tol, "{backend} {net:?}: value differs by {ev}, gradient by {eg}");
+            // Outside the network's columns the gradient is exactly zero.
+            let dim = net.end() + 3;
+            for (j, g) in fused.1.iter().enumerate() {
+                let col = j % dim;
+                if col < net.offset() || col >= net.end() {
+                    assert_eq!(*g, 0.0, "{backend} {net:?}: gradient at column {col} outside the network");
+                }
+            }
+        }
+    }
+}
+
+/// Against an independent evaluation: the residual sums summed in `f64` on the host from the
+/// network written out by hand, and their gradient by central differences of that host sum.
+#[test]
+fn network_residual_sums_match_a_host_f64_evaluation() {
+    for (backend, device) in backends().into_iter().filter(|(b, _)| *b != BackendKind::Wgpu) {
+        let ad = device.autodiff();
+        for net in residual_networks() {
+            let (n, rows, k) = (3, 7, 4);
+            let dim = net.end() + 2;
+            let p = normal([n, dim], 11, DType::F64, &ad).mul_scalar(0.5);
+            let x = normal([rows, k], 12, DType::F64, &ad);
+            let y = normal([rows, 1], 13, DType::F64, &ad);
+            let c = normal([n, 1], 14, DType::F64, &ad);
+            let (value, grad) =
+                value_and_grad(p.clone(), |p| weighted_residuals(&net, p, x.clone(), y.clone(), c.clone())).unwrap();
+            let (pv, xv, yv, cv) = (to_vec_f64(&p), to_vec_f64(&x), to_vec_f64(&y), to_vec_f64(&c));
+            let act = |a: Activation, z: f64| match a {
+                Activation::Identity => z,
+                Activation::Relu => z.max(0.0),
+                Activation::Tanh => z.tanh(),
+            };
+            // sum_i c_i sum_r (y_r - f_i(x_r))^2 with the network evaluated row by row.
+            let host = |pv: &[f64]| -> Vec<f64> {
+                (0..n)
+                    .map(|i| {
+                        let theta = &pv[i * dim..(i + 1) * dim];
+                        let ssr: f64 = (0..rows)
+                            .map(|r| {
+                                let mut h = xv[r * k..(r + 1) * k].to_vec();
+                                for layer in net.layers() {
+                                    let (ki, o) = (layer.inputs(), layer.outputs());
+                                    let w = &theta[layer.offset()..layer.offset() + o * ki];
+                                    let b = &theta[layer.offset() + o * ki..layer.end()];
+                                    h = (0..o)
+                                        .map(|u| {
+                                            let z: f64 = b[u] + (0..ki).map(|j| w[u * ki + j] * h[j]).sum::<f64>();
+                                            act(layer.activation(), z)
+                                        })
+                                        .collect();
+                                }
+                                (yv[r] - h[0]).powi(2)
+                            })
+                            .sum();
+                        cv[i] * ssr
+                    })
+                    .collect()
+            };
+            let want = host(&pv);
+            let err = max_rel_err(&to_vec_f64(&value), &want);
+            assert!(err < 1e-12, "{backend} {net:?}: value differs from the host f64 sum by {err}");
+            let h = 1e-6;
+            let g = to_vec_f64(&grad);
+            for j in 0..n * dim {
+                let (mut up, mut down) = (pv.clone(), pv.clone());
+                up[j] += h;
+                down[j] -= h;
+                let fd = (host(&up)[j / dim] - host(&down)[j / dim]) / (2.0 * h);
+                let err = (fd - g[j]).abs() / (1.0 + fd.abs());
+                assert!(err < 1e-6, "{backend} {net:?}: d/dparticle[{j}] autodiff {} vs host differences {fd}", g[j]);
+            }
+        }
+    }
+}

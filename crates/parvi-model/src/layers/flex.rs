@@ -15,6 +15,7 @@ use burn::tensor::{DType, Element, TensorData};
 
 use super::Activation;
 use super::ops::{DenseSpec, ParticleDenseOps, generic};
+use super::residuals::{StackResidualKernels, StackResidualOps, StackSpec, generic_stack};
 use crate::strided_gemm::{GemmScalar, Operand, gemm};
 
 impl ParticleDenseOps for Flex {
@@ -110,6 +111,7 @@ impl ParticleDenseOps for Flex {
 }
 
 /// A contiguous view of a tensor's values with its dimensions.
+#[derive(Clone)]
 struct View<'a, T> {
     values: &'a [T],
     dims: Vec<usize>,
@@ -152,12 +154,22 @@ trait Real:
 {
     const ZERO: Self;
     fn tanh(self) -> Self;
+    /// The tensor's values, if it holds this type.
+    fn values(t: &FlexTensor) -> Option<&[Self]>;
+    /// The tensor's values to write, if it holds this type and owns its buffer alone.
+    fn values_mut(t: &mut FlexTensor) -> Option<&mut [Self]>;
 }
 
 impl Real for f32 {
     const ZERO: Self = 0.0;
     fn tanh(self) -> Self {
         tanh_f32(self)
+    }
+    fn values(t: &FlexTensor) -> Option<&[Self]> {
+        t.as_slice::<f32>()
+    }
+    fn values_mut(t: &mut FlexTensor) -> Option<&mut [Self]> {
+        if t.dtype() == DType::F32 { t.try_storage_mut::<f32>() } else { None }
     }
 }
 
@@ -186,6 +198,12 @@ impl Real for f64 {
     const ZERO: Self = 0.0;
     fn tanh(self) -> Self {
         f64::tanh(self)
+    }
+    fn values(t: &FlexTensor) -> Option<&[Self]> {
+        t.as_slice::<f64>()
+    }
+    fn values_mut(t: &mut FlexTensor) -> Option<&mut [Self]> {
+        if t.dtype() == DType::F64 { t.try_storage_mut::<f64>() } else { None }
     }
 }
 
@@ -275,7 +293,6 @@ fn pre_grad_in_place<T: Real>(output: &[T], grad: &mut [T], activation: Activati
 /// Particles' gradient `[n, dim]` from the gradient `grad` `[B, n, o]` with respect to the
 /// output `a`: one pass turns `grad` into `G = grad * act'(a)` in place and sums its rows into the
 /// bias gradient; then `dW_i = G_i^T X_i` (`[o, B] x [B, k]`), zero outside the layer's columns.
-/// Shared rows make one product `G^T X` (`[n o, B] x [B, k]`) whose rows are copied into place.
 fn params_grad<T: Real>(
     input: View<'_, T>,
     output: &[T],
@@ -284,14 +301,40 @@ fn params_grad<T: Real>(
     dim: usize,
     spec: DenseSpec,
 ) -> FlexTensor {
-    let ([b, m, k], [_, n, o]) = (dims3(&input.dims), dims3(g_dims));
+    let n = g_dims[1];
+    let mut out = vec![T::ZERO; n * dim];
+    pre_grad_and_bias_into(output, grad, n, dim, spec, &mut out);
+    weights_grad_into(input, grad, g_dims, dim, spec, &mut out);
+    tensor(out, &[n, dim])
+}
+
+/// `grad` `[B, n, o]` becomes `G = grad * act'(a)` in place, and its sums over the rows are
+/// written into the bias columns of `out` `[n, dim]`, in one pass.
+fn pre_grad_and_bias_into<T: Real>(output: &[T], grad: &mut [T], n: usize, dim: usize, spec: DenseSpec, out: &mut [T]) {
+    let o = spec.outputs;
     let mut bias = vec![T::ZERO; n * o];
     for (g_row, a_row) in grad.chunks_exact_mut(n * o).zip(output.chunks_exact(n * o)) {
         pre_grad_in_place(a_row, g_row, spec.activation);
         bias.iter_mut().zip(g_row.iter()).for_each(|(acc, &v)| *acc += v);
     }
-    let g: &[T] = grad;
-    let mut out = vec![T::ZERO; n * dim];
+    for (i, unit) in bias.chunks_exact(o).enumerate() {
+        out[i * dim + spec.bias_offset()..][..o].copy_from_slice(unit);
+    }
+}
+
+/// `dW_i = G_i^T X_i` (`[o, B] x [B, k]`) for the pre-activation gradient `g` `[B, n, o]`,
+/// written into the layer's weight columns of `out` `[n, dim]` (added onto them for a
+/// one-output layer, which must start from zero there). Shared rows make one product `G^T X`
+/// (`[n o, B] x [B, k]`) whose rows are copied into place.
+fn weights_grad_into<T: Real>(
+    input: View<'_, T>,
+    g: &[T],
+    g_dims: &[usize],
+    dim: usize,
+    spec: DenseSpec,
+    out: &mut [T],
+) {
+    let ([b, m, k], [_, n, o]) = (dims3(&input.dims), dims3(g_dims));
     let len = spec.weight_len();
     if m == 1 {
         let mut dw = vec![T::ZERO; n * len];
@@ -315,13 +358,9 @@ fn params_grad<T: Real>(
             // G_i^T [o, B]: element (u, r) is G[r, i, u].
             let gt = Operand { values: g, start: i * o, row_stride: 1, col_stride: n * o };
             let x = Operand { values: input.values, start: i * k, row_stride: m * k, col_stride: 1 };
-            gemm(o, b, k, gt, x, T::ONE, &mut out, (i * dim + spec.offset, k, 1), false);
+            gemm(o, b, k, gt, x, T::ONE, out, (i * dim + spec.offset, k, 1), false);
         }
     }
-    for (i, unit) in bias.chunks_exact(o).enumerate() {
-        out[i * dim + spec.bias_offset()..][..o].copy_from_slice(unit);
-    }
-    tensor(out, &[n, dim])
 }
 
 /// `t` itself when it is contiguous from offset 0 and its buffer is not shared, else a copy.
@@ -357,6 +396,208 @@ fn input_grad<T: Real>(pre_grad: View<'_, T>, particles: View<'_, T>, spec: Dens
         gemm(b, o, k, g, w, T::ONE, &mut out, dst, shared && i > 0);
     }
     tensor(out, &[b, m, k])
+}
+
+impl StackResidualOps for Flex {
+    fn stack_residuals(x: FlexTensor, y: FlexTensor, particles: FlexTensor, stack: StackSpec) -> FlexTensor {
+        <Flex as StackResidualKernels>::stack_residuals_forward(x, y, particles, &stack).0
+    }
+}
+
+impl StackResidualKernels for Flex {
+    fn stack_residuals_forward(
+        x: FlexTensor,
+        y: FlexTensor,
+        particles: FlexTensor,
+        stack: &StackSpec,
+    ) -> (FlexTensor, Vec<FlexTensor>) {
+        let (xc, yc, pc) = (x.to_contiguous(), y.to_contiguous(), particles.to_contiguous());
+        let native = match (xc.dtype(), yc.dtype(), pc.dtype()) {
+            (DType::F32, DType::F32, DType::F32) => stack_forward::<f32>(&xc, &yc, &pc, stack),
+            (DType::F64, DType::F64, DType::F64) => stack_forward::<f64>(&xc, &yc, &pc, stack),
+            _ => None,
+        };
+        native.unwrap_or_else(|| generic_stack::forward::<Flex>(x, y, particles, stack))
+    }
+
+    fn stack_residuals_grad(
+        x: FlexTensor,
+        y: FlexTensor,
+        particles: FlexTensor,
+        outputs: Vec<FlexTensor>,
+        grad: FlexTensor,
+        stack: &StackSpec,
+    ) -> FlexTensor {
+        let (xc, yc, pc, gc) = (x.to_contiguous(), y.to_contiguous(), particles.to_contiguous(), grad.to_contiguous());
+        let same =
+            |d: DType| [&xc, &yc, &pc, &gc].iter().all(|t| t.dtype() == d) && outputs.iter().all(|t| t.dtype() == d);
+        if same(DType::F32) {
+            stack_grad::<f32>(&xc, &yc, &pc, outputs, &gc, stack)
+        } else if same(DType::F64) {
+            stack_grad::<f64>(&xc, &yc, &pc, outputs, &gc, stack)
+        } else {
+            generic_stack::grad::<Flex>(x, y, particles, outputs, grad, stack)
+        }
+    }
+}
+
+/// Every layer's output `[B, n, o_l]` by the native layer kernel, and the residual sums `[n, 1]`
+/// of the last (one output) against `y` `[B, 1]`. `None` if a tensor is not of type `T`.
+fn stack_forward<T: Real>(
+    x: &FlexTensor,
+    y: &FlexTensor,
+    particles: &FlexTensor,
+    stack: &StackSpec,
+) -> Option<(FlexTensor, Vec<FlexTensor>)> {
+    let ([b, k], [n, _]) = (x.shape().dims::<2>(), particles.shape().dims::<2>());
+    let (xv, yv) = (T::values(x)?, T::values(y)?);
+    let p = View { values: T::values(particles)?, dims: particles.shape().to_vec() };
+    let mut outputs: Vec<FlexTensor> = Vec::with_capacity(stack.layers.len());
+    for &spec in &stack.layers {
+        let output = match outputs.last() {
+            None => forward::<T>(View { values: xv, dims: vec![b, 1, k] }, p.clone(), spec),
+            Some(below) => {
+                forward::<T>(View { values: T::values(below)?, dims: below.shape().to_vec() }, p.clone(), spec)
+            }
+        };
+        outputs.push(output);
+    }
+    let f = T::values(outputs.last()?)?;
+    let mut sums = vec![T::ZERO; n];
+    for (row, &t) in f.chunks_exact(n).zip(yv) {
+        sums.iter_mut().zip(row).for_each(|(s, &v)| *s += (t - v) * (t - v));
+    }
+    Some((tensor(sums, &[n, 1]), outputs))
+}
+
+/// The particles' gradient `[n, dim]` of the residual sums weighted by `grad` `[n, 1]`, from the
+/// layer outputs of [`stack_forward`], every layer written into one buffer. Walking down from the
+/// output, each layer's gradient with respect to its output becomes its pre-activation gradient
+/// (bias sums in the same pass), then its weights' gradient and the gradient it passes down. A
+/// one-output layer and the layer below it share one pass over the lower layer's output (its
+/// weights' gradient `g a`, the gradient passed down `g W act'(a)` written over `a`, and the lower
+/// layer's bias sums), which the backward pass owns: nothing else reads it.
+fn stack_grad<T: Real>(
+    x: &FlexTensor,
+    y: &FlexTensor,
+    particles: &FlexTensor,
+    outputs: Vec<FlexTensor>,
+    grad: &FlexTensor,
+    stack: &StackSpec,
+) -> FlexTensor {
+    const OWN: &str = "the backward pass's buffers hold the type checked by the caller";
+    let ([b, k], [n, dim]) = (x.shape().dims::<2>(), particles.shape().dims::<2>());
+    let (xv, yv, gv, pv) = (T::values(x), T::values(y), T::values(grad), T::values(particles));
+    let (xv, yv, gv, pv) = (xv.expect(OWN), yv.expect(OWN), gv.expect(OWN), pv.expect(OWN));
+    let p = View { values: pv, dims: vec![n, dim] };
+    let layers = &stack.layers;
+    let last = layers.len() - 1;
+    let mut outputs: Vec<Option<FlexTensor>> = outputs.into_iter().map(|t| Some(t.to_contiguous())).collect();
+    let mut out = vec![T::ZERO; n * dim];
+    // d/df of sum_r (y_r - f_ri)^2 g_i is -2 (y_r - f_ri) g_i.
+    let minus_two = T::ZERO - (T::ONE + T::ONE);
+    let f = T::values(outputs[last].as_ref().expect(OWN)).expect(OWN);
+    let mut upstream_values = Vec::with_capacity(b * n);
+    for (row, &t) in f.chunks_exact(n).zip(yv) {
+        upstream_values.extend(row.iter().zip(gv).map(|(&v, &g)| minus_two * (t - v) * g));
+    }
+    let mut upstream = tensor(upstream_values, &[b, n, 1]);
+    // Whether `upstream` is already the pre-activation gradient with the bias sums taken.
+    let mut pre_done = false;
+    let mut l = last;
+    loop {
+        let spec = layers[l];
+        let g_dims = upstream.shape().to_vec();
+        if !pre_done {
+            let a = outputs[l].take().expect(OWN);
+            let g = T::values_mut(&mut upstream).expect(OWN);
+            pre_grad_and_bias_into(T::values(&a).expect(OWN), g, n, dim, spec, &mut out);
+        }
+        if l == 0 {
+            let input = View { values: xv, dims: vec![b, 1, k] };
+            weights_grad_into(input, T::values(&upstream).expect(OWN), &g_dims, dim, spec, &mut out);
+            break;
+        }
+        let below = layers[l - 1];
+        if spec.outputs == 1 {
+            let mut lower = owned_contiguous(outputs[l - 1].take().expect(OWN));
+            let a = T::values_mut(&mut lower).expect(OWN);
+            let g = T::values(&upstream).expect(OWN);
+            one_output_backward(&mut a[..b * n * spec.inputs], g, pv, n, dim, spec, below, &mut out);
+            upstream = lower;
+            pre_done = true;
+        } else {
+            let input_tensor = outputs[l - 1].as_ref().expect(OWN);
+            let input = View { values: T::values(input_tensor).expect(OWN), dims: input_tensor.shape().to_vec() };
+            let g = T::values(&upstream).expect(OWN);
+            weights_grad_into(input, g, &g_dims, dim, spec, &mut out);
+            upstream = input_grad::<T>(View { values: g, dims: g_dims }, p.clone(), spec, false);
+            pre_done = false;
+        }
+        l -= 1;
+    }
+    tensor(out, &[n, dim])
+}
+
+/// The backward pass through a one-output layer `spec` (pre-activation gradient `g` `[B, n]`)
+/// into the layer `below` it, whose output `a` `[B, n, h]` it reads and overwrites: `dW_i +=
+/// g[r, i] a[r, i, :]` into `out`, then `a[r, i, :] <- g[r, i] W_i * act'(a[r, i, :])` (the lower
+/// layer's pre-activation gradient) and its sums over the rows into the lower layer's bias
+/// columns of `out`.
+#[allow(clippy::too_many_arguments)]
+fn one_output_backward<T: Real>(
+    a: &mut [T],
+    g: &[T],
+    p: &[T],
+    n: usize,
+    dim: usize,
+    spec: DenseSpec,
+    below: DenseSpec,
+    out: &mut [T],
+) {
+    match below.activation {
+        Activation::Identity => one_output_pass(a, g, p, n, dim, spec, below, out, |_, gw| gw),
+        // A select, not a branch (random signs); the derivative read off the output, as in
+        // `pre_grad_in_place`.
+        Activation::Relu => {
+            one_output_pass(a, g, p, n, dim, spec, below, out, |av, gw| if av <= T::ZERO { T::ZERO } else { gw })
+        }
+        Activation::Tanh => one_output_pass(a, g, p, n, dim, spec, below, out, |av, gw| gw * (T::ONE - av * av)),
+    }
+}
+
+/// [`one_output_backward`] with the lower layer's `act'` applied by `slope(a, g w)`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn one_output_pass<T: Real>(
+    a: &mut [T],
+    g: &[T],
+    p: &[T],
+    n: usize,
+    dim: usize,
+    spec: DenseSpec,
+    below: DenseSpec,
+    out: &mut [T],
+    slope: impl Fn(T, T) -> T,
+) {
+    let h = spec.inputs;
+    let mut bias = vec![T::ZERO; n * h];
+    for (a_rows, g_row) in a.chunks_exact_mut(n * h).zip(g.chunks_exact(n)) {
+        for (i, (a_i, &gi)) in a_rows.chunks_exact_mut(h).zip(g_row).enumerate() {
+            let w = &p[i * dim + spec.offset..][..h];
+            let dw = &mut out[i * dim + spec.offset..][..h];
+            let db = &mut bias[i * h..][..h];
+            for (((av, &wv), d), s) in a_i.iter_mut().zip(w).zip(dw.iter_mut()).zip(db.iter_mut()) {
+                *d += gi * *av;
+                let lower = slope(*av, gi * wv);
+                *av = lower;
+                *s += lower;
+            }
+        }
+    }
+    for (i, unit) in bias.chunks_exact(h).enumerate() {
+        out[i * dim + below.bias_offset()..][..h].copy_from_slice(unit);
+    }
 }
 
 /// `sum_j a[j] b[j]` with eight partial sums, so that the compiler can keep them in one vector

@@ -29,6 +29,7 @@
 
 mod flex;
 mod ops;
+mod residuals;
 
 use std::fmt;
 use std::str::FromStr;
@@ -39,6 +40,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Constraint, ModelError, ParamLayout};
 use ops::{DenseSpec, ParticleDenseOps};
+use residuals::{StackResidualOps, StackSpec};
 
 /// The elementwise nonlinearity after a layer's affine map.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -324,5 +326,37 @@ impl DenseStack {
     pub fn forward(&self, particles: Tensor<2>, x: Tensor<2>) -> Tensor<3> {
         let [b, k] = x.dims();
         self.layers.iter().fold(x.reshape([b, 1, k]), |h, layer| layer.forward(particles.clone(), h))
+    }
+
+    /// `sum_r (y[r] - f_i(x_r))^2` for every particle `i`: the residual sum of squares of a
+    /// one-output network on rows `x` `[B, inputs]` against targets `y` `[B, 1]`, `[n, 1]`.
+    ///
+    /// With every layer fused and data rows and targets (untracked), it is one autodiff node for
+    /// the whole network whose backward pass writes every layer's gradient into one buffer
+    /// (`residuals`); otherwise the layers and the sum are chained as they are computed.
+    ///
+    /// # Panics
+    /// If the network has more than one output, or the shapes do not fit it.
+    pub fn sum_squared_residuals(&self, particles: Tensor<2>, x: Tensor<2>, y: Tensor<2>) -> Tensor<2> {
+        let ([b, k], [rows, one], [n, dim]) = (x.dims(), y.dims(), particles.dims());
+        assert!(
+            self.outputs() == 1 && k == self.inputs() && rows == b && one == 1 && dim >= self.end(),
+            "residuals of a {}-input, {}-output network ending at column {} on rows [{b}, {k}], targets [{rows}, {one}], particles [{n}, {dim}]",
+            self.inputs(),
+            self.outputs(),
+            self.end()
+        );
+        let all_fused = self.layers.iter().all(|l| l.ops == LayerOps::Fused);
+        if all_fused && !x.is_tracked() && !y.is_tracked() {
+            let stack = StackSpec { layers: self.layers.iter().map(|l| l.spec).collect() };
+            return Tensor::from_dispatch(<Dispatch as StackResidualOps>::stack_residuals(
+                x.into_dispatch(),
+                y.into_dispatch(),
+                particles.into_dispatch(),
+                stack,
+            ));
+        }
+        let f = self.forward(particles, x).reshape([b, n]);
+        if all_fused { crate::fused::sum_squared_residuals(y, f) } else { (y - f).square().sum_dim(0).reshape([n, 1]) }
     }
 }
