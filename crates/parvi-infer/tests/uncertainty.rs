@@ -298,7 +298,8 @@ fn function_prior_direction_swaps_the_weight_prior_for_the_function_prior() {
     let eps = 1e-5;
     for i in 0..n {
         let base = &theta[i * dim..(i + 1) * dim];
-        let g = |t: &[f64]| points_host.iter().enumerate().map(|(p, &x)| net(t, x) * f64::from(s[i * m + p])).sum::<f64>();
+        let g =
+            |t: &[f64]| points_host.iter().enumerate().map(|(p, &x)| net(t, x) * f64::from(s[i * m + p])).sum::<f64>();
         for c in 0..dim {
             let (mut up, mut down) = (base.to_vec(), base.to_vec());
             up[c] += eps;
@@ -321,10 +322,17 @@ impl LogDensity for PriorOnly<'_> {
     fn dim(&self) -> usize {
         self.0.dim()
     }
-    fn log_prob(&self, particles: parvi_model::burn::tensor::Tensor<2>, _: Option<&Minibatch>) -> parvi_model::burn::tensor::Tensor<1> {
+    fn log_prob(
+        &self,
+        particles: parvi_model::burn::tensor::Tensor<2>,
+        _: Option<&Minibatch>,
+    ) -> parvi_model::burn::tensor::Tensor<1> {
         self.0.log_prior(particles).unwrap()
     }
-    fn log_prior(&self, particles: parvi_model::burn::tensor::Tensor<2>) -> Option<parvi_model::burn::tensor::Tensor<1>> {
+    fn log_prior(
+        &self,
+        particles: parvi_model::burn::tensor::Tensor<2>,
+    ) -> Option<parvi_model::burn::tensor::Tensor<1>> {
         self.0.log_prior(particles)
     }
     fn function_map(&self) -> Option<&dyn FunctionMap> {
@@ -347,10 +355,8 @@ fn function_prior_holds_the_spread_whatever_the_particle_count() {
     let map: &dyn FunctionMap = bnn.function_map().unwrap();
     let points = matrix_from_vec(x_rows.iter().map(|&v| v as f32).collect(), m, 1, &device);
     let (ridge, prior_ridge, k) = (1e-3, 1e-3, 400);
-    let prior_f: Vec<f64> = host(&map.function_values(map.prior_draws(k, 3).unwrap(), points.clone()))
-        .into_iter()
-        .map(f64::from)
-        .collect();
+    let prior_f: Vec<f64> =
+        host(&map.function_values(map.prior_draws(k, 3).unwrap(), points.clone())).into_iter().map(f64::from).collect();
     let (mu_p, s_p) = moments(&prior_f, k, m);
     let tr_p: f64 = (0..m).map(|p| s_p[p * m + p]).sum();
     let spread = |prior: PriorSpace, n: usize| {
@@ -371,10 +377,8 @@ fn function_prior_holds_the_spread_whatever_the_particle_count() {
             .unwrap()
             .run(&mut [])
             .unwrap();
-        let f: Vec<f64> = host(&map.function_values(out.particles.positions, points.clone()))
-            .into_iter()
-            .map(f64::from)
-            .collect();
+        let f: Vec<f64> =
+            host(&map.function_values(out.particles.positions, points.clone())).into_iter().map(f64::from).collect();
         moments(&f, n, m)
     };
     for n in [6, 24] {
