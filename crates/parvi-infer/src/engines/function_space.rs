@@ -332,10 +332,8 @@ pub fn function_space_direction(
         }
         Repulsion::Gaussian => (gaussian_repulsion(f.clone().detach(), config.ridge)?, None),
     };
-    let prior_score = match prior_f {
-        Some(prior_f) => Some(function_prior_score(f.clone().detach(), prior_f, config.prior_ridge)?),
-        None => None,
-    };
+    let prior_score =
+        prior_f.map(|prior_f| function_prior_score(f.clone().detach(), prior_f, config.prior_ridge)).transpose()?;
     // `J^T (grad_f log p(f) - grad_f log q(f))` in the same backward pass as the likelihood's score.
     let pull = match &prior_score {
         Some(score) => rho.clone() + score.clone(),
