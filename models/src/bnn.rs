@@ -563,6 +563,55 @@ impl FunctionMap for Bnn {
         let [n, m, k] = out.dims();
         out.reshape([n, m * k])
     }
+
+    /// Networks from the prior; with the hierarchical prior, given `lambda` at its prior mean
+    /// `a0 / b0`: the weights' marginal prior (a Student t with `2 a0 = 2` degrees of freedom)
+    /// has no variance, and a Gaussian fitted to its draws would be set by the smallest `lambda`
+    /// drawn (one of 100 draws near 0.1 makes the outputs' variance thousands).
+    fn prior_draws(&self, k: usize, seed: u64) -> Option<Tensor<2>> {
+        Some(self.prior_networks(k, seed, true))
+    }
+}
+
+impl Bnn {
+    /// `k` particles drawn from the prior `[k, dim]`: `lambda ~ Gamma(a0, rate b0)` (or the
+    /// fixed one), every weight and bias `~ N(0, 1/lambda)`, and for regression
+    /// `gamma ~ Gamma(a0, rate b0)`; the precisions as their logs, as the particles hold them.
+    /// (Unlike [`Bnn::init`], which follows the reference code's start, this is the model's
+    /// prior itself: the function-space prior of `fpovi` is the law of these networks' outputs.)
+    pub fn draw_prior(&self, k: usize, seed: u64) -> Tensor<2> {
+        self.prior_networks(k, seed, false)
+    }
+
+    /// [`Bnn::draw_prior`], or with `plug_in` the hierarchical prior's `lambda` fixed at its
+    /// prior mean `a0 / b0` ([`FunctionMap::prior_draws`]).
+    fn prior_networks(&self, k: usize, seed: u64, plug_in: bool) -> Tensor<2> {
+        let dim = self.layout.dim();
+        let nw = self.weight_count();
+        let mut rng = chacha20::ChaCha8Rng::seed_from_u64(seed);
+        // rand_distr's Gamma takes (shape, scale): the prior's rate b0 is the scale 1 / b0.
+        let precision = rand_distr::Gamma::new(A0, 1.0 / B0).expect("valid gamma");
+        let mut values = vec![0f32; k * dim];
+        for row in values.chunks_mut(dim) {
+            let lambda = match self.config.prior {
+                WeightPrior::Fixed(l) => l,
+                WeightPrior::Hierarchical => {
+                    let l = if plug_in { A0 / B0 } else { precision.sample(&mut rng).max(f64::MIN_POSITIVE) };
+                    row[dim - 1] = l.ln() as f32;
+                    l
+                }
+            };
+            let sd = 1.0 / lambda.sqrt();
+            for v in &mut row[..nw] {
+                let z: f64 = rand_distr::StandardNormal.sample(&mut rng);
+                *v = (sd * z) as f32;
+            }
+            if self.config.task == BnnTask::Regression {
+                row[nw] = precision.sample(&mut rng).max(f64::MIN_POSITIVE).ln() as f32;
+            }
+        }
+        matrix_from_vec(values, k, dim, &self.x.device())
+    }
 }
 
 impl Bnn {

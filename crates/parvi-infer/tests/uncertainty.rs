@@ -5,12 +5,14 @@
 mod common;
 
 use common::{flex, host};
-use parvi_infer::engines::{FunctionSpaceConfig, Repulsion, function_space_direction, gaussian_repulsion};
+use parvi_infer::engines::{
+    FunctionSpaceConfig, PriorSpace, Repulsion, function_prior_score, function_space_direction, gaussian_repulsion,
+};
 use parvi_infer::{AdapterConfig, EngineSpec, KernelConfig, MethodConfig, Particles, RunConfig, Runner};
 use parvi_model::density::FunctionMap;
 use parvi_model::layers::Activation;
 use parvi_model::tensor_ops::matrix_from_vec;
-use parvi_model::{LogDensity, score};
+use parvi_model::{LogDensity, Minibatch, score};
 use parvi_models::builtin::{GAUSSIAN_COV, GAUSSIAN_MEAN};
 use parvi_models::{Bnn, BnnConfig, Gaussian, WeightPrior};
 
@@ -100,7 +102,7 @@ fn function_space_push_back_equals_finite_differences() {
     let (x_plain, points_plain) = (x.clone(), points.clone());
     let map: &dyn FunctionMap = bnn.function_map().unwrap();
     let kde = FunctionSpaceConfig { repulsion: Repulsion::Kde, ..FunctionSpaceConfig::default() };
-    let step = function_space_direction(&bnn, map, x.clone(), None, points, &kde).unwrap();
+    let step = function_space_direction(&bnn, map, x.clone(), None, points, &kde, None).unwrap();
     let push_back: Vec<f64> =
         host(&(step.direction - score(&bnn, x, None).unwrap().grad)).into_iter().map(f64::from).collect();
 
@@ -205,6 +207,12 @@ fn function_space_needs_a_network_and_checks_its_options() {
     let bad = FunctionSpaceConfig { ridge: 0.0, ..FunctionSpaceConfig::default() };
     let spec = EngineSpec::new(MethodConfig::Fpovi(bad), KernelConfig::default(), AdapterConfig::default());
     assert!(spec.build().err().unwrap().to_string().contains("ridge"));
+    let bad = FunctionSpaceConfig { prior_ridge: -1.0, ..FunctionSpaceConfig::default() };
+    let spec = EngineSpec::new(MethodConfig::Fpovi(bad), KernelConfig::default(), AdapterConfig::default());
+    assert!(spec.build().err().unwrap().to_string().contains("prior-ridge"));
+    let bad = FunctionSpaceConfig { prior: PriorSpace::Function, prior_draws: 1, ..FunctionSpaceConfig::default() };
+    let spec = EngineSpec::new(MethodConfig::Fpovi(bad), KernelConfig::default(), AdapterConfig::default());
+    assert!(spec.build().err().unwrap().to_string().contains("prior-draws"));
     let imq = KernelConfig::Imq { c: 1.0, beta: -0.5 };
     for name in ["fpovi", "ensemble"] {
         let spec = EngineSpec::new(MethodConfig::default_for(name).unwrap(), imq.clone(), AdapterConfig::default());
@@ -229,5 +237,164 @@ fn function_space_particles_run_on_a_bnn() {
         assert!(host(&out.particles.positions).iter().all(|v| v.is_finite()), "{repulsion:?}");
         // The kernel density reports its bandwidth; the Gaussian has none.
         assert_eq!(e.report()["last_h2"].as_f64().is_some_and(|h2| h2 > 0.0), repulsion == Repulsion::Kde);
+    }
+}
+
+/// `m x m` sample covariance (divisor `rows - 1`) and mean of the rows of `f` `[rows, m]`, in f64.
+fn moments(f: &[f64], rows: usize, m: usize) -> (Vec<f64>, Vec<f64>) {
+    let mean: Vec<f64> = (0..m).map(|p| (0..rows).map(|i| f[i * m + p]).sum::<f64>() / rows as f64).collect();
+    let mut s = vec![0.0; m * m];
+    for p in 0..m {
+        for q in 0..m {
+            s[p * m + q] =
+                (0..rows).map(|i| (f[i * m + p] - mean[p]) * (f[i * m + q] - mean[q])).sum::<f64>() / (rows - 1) as f64;
+        }
+    }
+    (mean, s)
+}
+
+/// The function-space prior's score is `-(S_p + delta_p I)^-1 (f_i - mu_p)` with the prior
+/// networks' mean and covariance, `delta_p = ridge tr(S_p) / m`, formed in f64.
+#[test]
+fn function_prior_score_is_the_fitted_gaussians_score() {
+    let device = flex();
+    let (n, k, m) = (3usize, 9usize, 4usize);
+    let prior: Vec<f64> = (0..k * m).map(|v| ((v * 29 % 13) as f64 - 6.0) * 0.4 + (v % m) as f64 * 0.5).collect();
+    let f: Vec<f64> = (0..n * m).map(|v| ((v * 7 % 5) as f64 - 2.0) * 0.9).collect();
+    let ridge = 0.05;
+    let to = |v: &[f64], r| matrix_from_vec(v.iter().map(|&x| x as f32).collect(), r, m, &device);
+    let got = host(&function_prior_score(to(&f, n), to(&prior, k), ridge).unwrap());
+    let (mu, s) = moments(&prior, k, m);
+    let delta = ridge * (0..m).map(|p| s[p * m + p]).sum::<f64>() / m as f64;
+    let chol = parvi_model::linalg::host::Cholesky::factor(&s, m, delta).unwrap();
+    for i in 0..n {
+        let dev: Vec<f64> = (0..m).map(|p| f[i * m + p] - mu[p]).collect();
+        let want = chol.solve(&dev);
+        for p in 0..m {
+            let g = f64::from(got[i * m + p]);
+            assert!((g + want[p]).abs() < 1e-3 * (1.0 + want[p].abs()), "[{i}][{p}]: {g} vs {}", -want[p]);
+        }
+    }
+    assert!(function_prior_score(to(&f, n), to(&prior[..m], 1), ridge).is_err(), "one prior network");
+}
+
+/// With `prior = "function"` the direction is the likelihood's score (the weights' `N(0, 1)`
+/// prior and the noise precision's `Gamma(1, 0.1)` taken out) plus `J_i^T` (the function
+/// prior's score minus the repulsion): against the weight-space direction at the same points,
+/// the difference is `J_i^T s_i - grad log prior(theta_i)`, with `J_i^T s_i` by central
+/// differences of the f64 network.
+#[test]
+fn function_prior_direction_swaps_the_weight_prior_for_the_function_prior() {
+    let device = flex();
+    let (bnn, _, theta) = tiny_bnn();
+    let (n, dim) = (3, 11);
+    let points_host = [-2.0, -0.5, 0.3, 1.0, 2.5];
+    let m = points_host.len();
+    let points = matrix_from_vec(points_host.iter().map(|&v| v as f32).collect(), m, 1, &device);
+    let x = matrix_from_vec(theta.iter().map(|&v| v as f32).collect(), n, dim, &device);
+    let map: &dyn FunctionMap = bnn.function_map().unwrap();
+    let draws = map.prior_draws(50, 7).unwrap();
+    let weights = FunctionSpaceConfig::default();
+    let function = FunctionSpaceConfig { prior: PriorSpace::Function, ..FunctionSpaceConfig::default() };
+    let w = function_space_direction(&bnn, map, x.clone(), None, points.clone(), &weights, Some(&draws)).unwrap();
+    assert!(w.prior_score.is_none());
+    let f = function_space_direction(&bnn, map, x, None, points, &function, Some(&draws)).unwrap();
+    let s = host(&f.prior_score.unwrap());
+    let diff: Vec<f64> = host(&(f.direction - w.direction)).into_iter().map(f64::from).collect();
+    let eps = 1e-5;
+    for i in 0..n {
+        let base = &theta[i * dim..(i + 1) * dim];
+        let g =
+            |t: &[f64]| points_host.iter().enumerate().map(|(p, &x)| net(t, x) * f64::from(s[i * m + p])).sum::<f64>();
+        for c in 0..dim {
+            let (mut up, mut down) = (base.to_vec(), base.to_vec());
+            up[c] += eps;
+            down[c] -= eps;
+            let jts = (g(&up) - g(&down)) / (2.0 * eps);
+            // grad log prior: -w for the 10 weights (lambda = 1); 1 - 0.1 e^u for u = log gamma.
+            let grad_prior = if c < 10 { -base[c] } else { 1.0 - 0.1 * base[c].exp() };
+            let want = jts - grad_prior;
+            let got = diff[i * dim + c];
+            assert!((got - want).abs() < 2e-3 * (1.0 + want.abs()), "particle {i} coordinate {c}: {got} vs {want}");
+        }
+    }
+}
+
+/// The tiny network's prior alone (no likelihood), seen through its function map: what
+/// `prior = "function"` targets where the data say nothing.
+struct PriorOnly<'a>(&'a Bnn);
+
+impl LogDensity for PriorOnly<'_> {
+    fn dim(&self) -> usize {
+        self.0.dim()
+    }
+    fn log_prob(
+        &self,
+        particles: parvi_model::burn::tensor::Tensor<2>,
+        _: Option<&Minibatch>,
+    ) -> parvi_model::burn::tensor::Tensor<1> {
+        self.0.log_prior(particles).unwrap()
+    }
+    fn log_prior(
+        &self,
+        particles: parvi_model::burn::tensor::Tensor<2>,
+    ) -> Option<parvi_model::burn::tensor::Tensor<1>> {
+        self.0.log_prior(particles)
+    }
+    fn function_map(&self) -> Option<&dyn FunctionMap> {
+        self.0.function_map()
+    }
+}
+
+/// Where only the prior speaks, the function-space prior holds the particles at its own spread
+/// whatever their number: at 4 fixed measurement points (the training inputs, no extra points),
+/// the fixed point of `-(S_p + delta_p I)^-1 (f_i - mu_p) + (S + delta I)^-1 (f_i - f_bar) = 0`
+/// has `f_bar = mu_p` and `S + delta I = S_p + delta_p I` (n - 1 >= 4: the particles span the
+/// outputs; `J_i` has full row rank, so a weight-space fixed point is one in function space), for
+/// 6 particles as for 24.
+#[test]
+fn function_prior_holds_the_spread_whatever_the_particle_count() {
+    let device = flex();
+    let (bnn, x_rows, _) = tiny_bnn();
+    let m = x_rows.len();
+    let model = PriorOnly(&bnn);
+    let map: &dyn FunctionMap = bnn.function_map().unwrap();
+    let points = matrix_from_vec(x_rows.iter().map(|&v| v as f32).collect(), m, 1, &device);
+    let (ridge, prior_ridge, k) = (1e-3, 1e-3, 400);
+    let prior_f: Vec<f64> =
+        host(&map.function_values(map.prior_draws(k, 3).unwrap(), points.clone())).into_iter().map(f64::from).collect();
+    let (mu_p, s_p) = moments(&prior_f, k, m);
+    let tr_p: f64 = (0..m).map(|p| s_p[p * m + p]).sum();
+    let spread = |n: usize| {
+        let config = FunctionSpaceConfig {
+            batch_points: m,
+            extra_points: 0,
+            ridge,
+            prior: PriorSpace::Function,
+            prior_draws: k,
+            prior_ridge,
+            prior_seed: 3,
+            ..FunctionSpaceConfig::default()
+        };
+        let spec = EngineSpec::new(MethodConfig::Fpovi(config), KernelConfig::default(), AdapterConfig::adam(0.01));
+        let mut e = spec.build().unwrap();
+        let start = bnn.draw_prior(n, 11);
+        let out = Runner::new(e.as_mut(), &model, Particles::new(start), RunConfig::new(4000, 5))
+            .unwrap()
+            .run(&mut [])
+            .unwrap();
+        let f: Vec<f64> =
+            host(&map.function_values(out.particles.positions, points.clone())).into_iter().map(f64::from).collect();
+        moments(&f, n, m)
+    };
+    for n in [6, 24] {
+        let (mean, s) = spread(n);
+        let tr: f64 = (0..m).map(|p| s[p * m + p]).sum();
+        // S + delta I = S_p + delta_p I, delta = ridge tr(S) / 4: the traces agree to the ridges.
+        let want = tr_p * (1.0 + prior_ridge) / (1.0 + ridge);
+        assert!((tr - want).abs() < 0.05 * want, "{n} particles: tr S {tr} vs the prior's {want}");
+        for p in 0..m {
+            assert!((mean[p] - mu_p[p]).abs() < 0.05 * tr_p.sqrt(), "{n} particles: mean {mean:?} vs {mu_p:?}");
+        }
     }
 }

@@ -67,6 +67,16 @@ pub trait FunctionMap {
     /// Every particle's outputs at `points` `[m, inputs]`, as `[n, m * outputs]`; differentiable
     /// in `particles` (one forward of the batched network).
     fn function_values(&self, particles: Tensor<2>, points: Tensor<2>) -> Tensor<2>;
+
+    /// `k` parameter vectors drawn from the model's prior, `[k, dim]`, in the coordinates
+    /// [`LogDensity::log_prob`] reads, from the seeded generator `seed`: a function-space prior
+    /// is the law of the outputs of networks drawn this way (Wang et al. 2019 fit a Gaussian to
+    /// them at the measurement points). `None` (the default) when the model cannot draw from its
+    /// prior; such a model's particles can only keep their weight-space prior.
+    fn prior_draws(&self, k: usize, seed: u64) -> Option<Tensor<2>> {
+        let _ = (k, seed);
+        None
+    }
 }
 
 impl<T: LogDensity + ?Sized> LogDensity for &T {

@@ -27,6 +27,23 @@
 //! product: the step differentiates `sum_i log p(theta_i) + sum_i <f_i, rho_i>` (with `rho`
 //! held constant) in ONE backward pass, so the step costs one forward of the network on the
 //! minibatch and the measurement points and one backward.
+//!
+//! With `prior = "function"` the prior too lives in function space, as in Wang et al. 2019
+//! (Sec. 3.1-3.2 and their code, `thu-ml/fpovi`): the target at the measurement points is
+//! `p(f(X) | data) ∝ p(f(X)) prod_b p(y_b | f(x_b))^(N/B)`, the weight-space score keeps only the
+//! likelihood (`log p - log prior`, the model's [`LogDensity::log_prior`] taken out), and
+//! `grad_f log p(f(X))` is the score of a Gaussian fitted, at this step's measurement points, to
+//! the outputs of `prior-draws` networks drawn once from the model's own prior
+//! ([`FunctionMap::prior_draws`]; the paper's GP approximation of the prior gradient):
+//!
+//! `phi(theta_i) = grad_theta log p(y | theta_i) + J_i^T [ -(S_p + delta_p I)^-1 (f_i - mu_p)
+//!                 + (S + delta I)^-1 (f_i - f_bar) ]`.
+//!
+//! Prior and repulsion then act in the same directions: where the data say nothing the fixed
+//! point is `S + delta I = S_p + delta_p I`, the prior's spread, whatever the number of
+//! particles, where the weights' prior, which does not grow with `n`, let the Gaussian repulsion
+//! spread 50 or 100 particles without bound (docs/experiments.md). The prior's outputs cost one
+//! more forward of the `prior-draws` networks at the measurement points, without a backward.
 
 use burn::tensor::Tensor;
 use parvi_model::density::FunctionMap;
@@ -60,6 +77,29 @@ pub struct FunctionSpaceConfig {
     /// apart (at 1e-3 the toy's epistemic sd is 2.4 times NUTS's); 0.3 shrinks them toward the
     /// mean eigenvalue (the choice is measured in docs/experiments.md).
     pub ridge: f64,
+    /// Where the prior acts: `weights` (the model's weight-space prior, in the particles' own
+    /// score) or `function` (a Gaussian fitted to the outputs of networks drawn from that prior,
+    /// at the measurement points; Wang et al. 2019).
+    pub prior: PriorSpace,
+    /// `prior = "function"`: networks drawn from the prior (once, from `prior-seed`) whose
+    /// outputs fit the prior's Gaussian at each step's measurement points.
+    pub prior_draws: usize,
+    /// `prior = "function"`: the ridge added to the prior's covariance, relative to its mean
+    /// eigenvalue (`delta_p = prior-ridge * tr(S_p) / m`): nearby measurement points give
+    /// outputs so correlated that the fitted covariance's smallest eigenvalues are noise.
+    pub prior_ridge: f64,
+    /// `prior = "function"`: the seed of the prior's networks.
+    pub prior_seed: u64,
+}
+
+/// Where `fpovi`'s prior acts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PriorSpace {
+    /// The model's own prior on its parameters, in the particles' weight-space score.
+    Weights,
+    /// The law of the prior networks' outputs at the measurement points, as a fitted Gaussian.
+    Function,
 }
 
 /// The estimate of the particles' function-space score `grad_f log q(f_i)`.
@@ -79,7 +119,17 @@ pub enum Repulsion {
 
 impl Default for FunctionSpaceConfig {
     fn default() -> Self {
-        Self { batch_points: 10, extra_points: 10, spread: 1.5, repulsion: Repulsion::Gaussian, ridge: 0.3 }
+        Self {
+            batch_points: 10,
+            extra_points: 10,
+            spread: 1.5,
+            repulsion: Repulsion::Gaussian,
+            ridge: 0.3,
+            prior: PriorSpace::Weights,
+            prior_draws: 100,
+            prior_ridge: 0.01,
+            prior_seed: 0,
+        }
     }
 }
 
@@ -90,6 +140,18 @@ impl FunctionSpaceConfig {
         }
         if !(self.ridge > 0.0 && self.ridge.is_finite()) {
             return Err(InferError::setting("ridge", format!("must be finite and > 0, got {}", self.ridge)));
+        }
+        if !(self.prior_ridge > 0.0 && self.prior_ridge.is_finite()) {
+            return Err(InferError::setting(
+                "prior-ridge",
+                format!("must be finite and > 0, got {}", self.prior_ridge),
+            ));
+        }
+        if self.prior == PriorSpace::Function && self.prior_draws < 2 {
+            return Err(InferError::setting(
+                "prior-draws",
+                format!("a covariance needs at least 2 prior networks, got {}", self.prior_draws),
+            ));
         }
         if self.batch_points + self.extra_points == 0 {
             return Err(InferError::setting("extra-points", "batch-points + extra-points must be >= 1"));
@@ -103,6 +165,8 @@ pub struct FunctionSpace {
     config: FunctionSpaceConfig,
     /// The last step's bandwidth `h^2` in function space (for the report).
     last_h2: Option<f64>,
+    /// `prior = "function"`: the prior's networks `[prior-draws, dim]`, drawn at the first step.
+    prior_draws: Option<Tensor<2>>,
 }
 
 impl FunctionSpace {
@@ -112,7 +176,7 @@ impl FunctionSpace {
         adapter: Box<dyn StepAdapter>,
     ) -> Result<DirectionEngine<Self>, InferError> {
         config.check()?;
-        Ok(DirectionEngine::new(Self { config, last_h2: None }, adapter))
+        Ok(DirectionEngine::new(Self { config, last_h2: None, prior_draws: None }, adapter))
     }
 }
 
@@ -126,6 +190,9 @@ pub struct FunctionSpaceStep {
     /// `kde`: the RBF bandwidth `h^2` (median rule on the outputs' squared distances);
     /// `gaussian`: none (the ridge stays on the device).
     pub h2: Option<f64>,
+    /// `[n, m * outputs]`, with a function-space prior: its score at the particles' outputs,
+    /// `-(S_p + delta_p I)^-1 (f_i - mu_p)`.
+    pub prior_score: Option<Tensor<2>>,
 }
 
 /// `-grad_f log q(f_i)` for the kernel density `q(f) = (1/n) sum_j k(f, f_j)` of the rows of
@@ -164,6 +231,33 @@ pub fn gaussian_repulsion(f: Tensor<2>, ridge: f64) -> Result<Tensor<2>, InferEr
     Ok(triangular_solve(l, y, Triangle::Lower, true)?.reshape([n, m]))
 }
 
+/// The score of the function-space prior at the particles' outputs `f` `[n, m]`:
+/// `-(S_p + delta_p I)^-1 (f_i - mu_p)`, with `mu_p` and `S_p` the mean and covariance of the
+/// prior networks' outputs `prior` `[k, m]` at the same points and `delta_p = ridge * tr(S_p) / m`
+/// (Wang et al. 2019's Gaussian approximation of the prior gradient; their code clips the
+/// covariance's eigenvalues from below instead). One `m x m` Cholesky factor, no host read.
+pub fn function_prior_score(f: Tensor<2>, prior: Tensor<2>, ridge: f64) -> Result<Tensor<2>, InferError> {
+    let [n, m] = f.dims();
+    let k = prior.dims()[0];
+    if k < 2 || prior.dims()[1] != m {
+        return Err(InferError::setting(
+            "prior-draws",
+            format!("need >= 2 prior networks with {m} outputs, got [{k}, {}]", prior.dims()[1]),
+        ));
+    }
+    let device = f.device();
+    let mu = prior.clone().mean_dim(0);
+    let c = prior - mu.clone();
+    let cov = c.clone().transpose().matmul(c).div_scalar((k - 1) as f64);
+    let eye = Tensor::<2>::eye(m, &device).cast(cov.dtype());
+    let trace = (cov.clone() * eye.clone()).sum().reshape([1, 1]);
+    let a = cov + eye * trace.mul_scalar(ridge / m as f64);
+    let (l, _) = cholesky(a.reshape([1, m, m]))?;
+    let dev = (f - mu).transpose().reshape([1, m, n]);
+    let y = triangular_solve(l.clone(), dev, Triangle::Lower, false)?;
+    Ok(triangular_solve(l, y, Triangle::Lower, true)?.reshape([m, n]).transpose().neg())
+}
+
 /// The measurement points `[m, inputs]`: the first `batch_points` rows of the minibatch's
 /// inputs, then `extra_points` drawn uniformly (from `rng`) in the training inputs' box widened
 /// `spread` times about its centre.
@@ -195,6 +289,8 @@ pub fn measurement_points(
 
 /// The function-space direction at particles `x` `[n, dim]` with measurement points `points`:
 /// one forward (the log-joint on `batch` and the outputs at `points`) and one backward.
+/// `prior_draws` `[k, dim]`: networks drawn from the prior, for `prior = "function"` (where
+/// their outputs at `points` cost one more forward, without a backward); ignored otherwise.
 pub fn function_space_direction(
     model: &dyn LogDensity,
     map: &dyn FunctionMap,
@@ -202,13 +298,31 @@ pub fn function_space_direction(
     batch: Option<&Minibatch>,
     points: Tensor<2>,
     config: &FunctionSpaceConfig,
+    prior_draws: Option<&Tensor<2>>,
 ) -> Result<FunctionSpaceStep, InferError> {
     let [_, dim] = x.dims();
     if dim != model.dim() {
         return Err(ModelError::DimensionMismatch { expected: model.dim(), got: dim }.into());
     }
     let leaf = x.detach().autodiff().require_grad();
-    let lp = model.log_prob(leaf.clone(), batch);
+    let mut lp = model.log_prob(leaf.clone(), batch);
+    let prior_f = match (config.prior, prior_draws) {
+        (PriorSpace::Weights, _) => None,
+        (PriorSpace::Function, None) => {
+            return Err(InferError::setting("prior", "prior = function needs networks drawn from the prior"));
+        }
+        (PriorSpace::Function, Some(draws)) => {
+            // The weight-space prior is replaced, not added to: the likelihood is what is left.
+            let log_prior = model.log_prior(leaf.clone()).ok_or_else(|| {
+                InferError::setting(
+                    "prior",
+                    "prior = function needs a model that gives its prior apart from its likelihood (log_prior)",
+                )
+            })?;
+            lp = lp - log_prior;
+            Some(map.function_values(draws.clone().autodiff(), points.clone()).detach())
+        }
+    };
     let f = map.function_values(leaf.clone(), points);
     // The repulsion is a constant of the backward pass: only `J^T rho` is wanted from it.
     let (rho, h2) = match config.repulsion {
@@ -218,10 +332,17 @@ pub fn function_space_direction(
         }
         Repulsion::Gaussian => (gaussian_repulsion(f.clone().detach(), config.ridge)?, None),
     };
-    let objective = lp.sum() + (f * rho.clone()).sum();
+    let prior_score =
+        prior_f.map(|prior_f| function_prior_score(f.clone().detach(), prior_f, config.prior_ridge)).transpose()?;
+    // `J^T (grad_f log p(f) - grad_f log q(f))` in the same backward pass as the likelihood's score.
+    let pull = match &prior_score {
+        Some(score) => rho.clone() + score.clone(),
+        None => rho.clone(),
+    };
+    let objective = lp.sum() + (f * pull).sum();
     let grads = objective.backward();
     let direction = leaf.grad(&grads).ok_or(ModelError::NoGradient)?;
-    Ok(FunctionSpaceStep { direction, repulsion: rho, h2 })
+    Ok(FunctionSpaceStep { direction, repulsion: rho, h2, prior_score })
 }
 
 impl Direction for FunctionSpace {
@@ -237,8 +358,17 @@ impl Direction for FunctionSpace {
                  functions of inputs (a BNN)",
             )
         })?;
+        if self.config.prior == PriorSpace::Function && self.prior_draws.is_none() {
+            // Drawn once from their own seed (not the run's generator): a resumed run draws the
+            // same networks.
+            let draws = map.prior_draws(self.config.prior_draws, self.config.prior_seed).ok_or_else(|| {
+                InferError::setting("prior", "prior = function needs a model that can draw networks from its prior")
+            })?;
+            self.prior_draws = Some(draws.to_device(&x.device()));
+        }
         let points = measurement_points(map, ctx.batch, &self.config, ctx.rng);
-        let step = function_space_direction(ctx.model, map, x, ctx.batch, points, &self.config)?;
+        let step =
+            function_space_direction(ctx.model, map, x, ctx.batch, points, &self.config, self.prior_draws.as_ref())?;
         self.last_h2 = step.h2;
         Ok(step.direction)
     }
@@ -250,6 +380,13 @@ impl Direction for FunctionSpace {
                 Repulsion::Gaussian => "the score of the outputs' Gaussian (mean and covariance)",
             },
             "ridge": self.config.ridge,
+            "prior": match self.config.prior {
+                PriorSpace::Weights => "the model's weight-space prior".to_string(),
+                PriorSpace::Function => format!(
+                    "function space: a Gaussian fitted to {} prior networks' outputs, ridge {}",
+                    self.config.prior_draws, self.config.prior_ridge
+                ),
+            },
             "batch_points": self.config.batch_points,
             "extra_points": self.config.extra_points,
             "spread": self.config.spread,
