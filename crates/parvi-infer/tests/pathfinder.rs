@@ -6,33 +6,12 @@
 
 mod common;
 
-use common::flex;
+use common::{Funnel, flex};
 use parvi_infer::engines::pathfinder::{MAX_PARETO_K, gpd_fit, pathfinder, psis};
 use parvi_infer::{EngineRng, PathfinderConfig};
 use parvi_model::burn::tensor::{Device, Tensor};
 use parvi_model::{LogDensity, Minibatch};
 use parvi_models::Gaussian;
-
-/// Neal's funnel in `1 + k` dimensions: `v ~ N(0, 3^2)`, `z_i ~ N(0, e^v)`.
-pub struct Funnel {
-    pub k: usize,
-}
-
-impl LogDensity for Funnel {
-    fn dim(&self) -> usize {
-        1 + self.k
-    }
-    fn log_prob(&self, x: Tensor<2>, _: Option<&Minibatch>) -> Tensor<1> {
-        let n = x.dims()[0];
-        let v = x.clone().slice([0..n, 0..1]);
-        let z = x.slice([0..n, 1..1 + self.k]);
-        // log N(v | 0, 9) + sum_i log N(z_i | 0, e^v), constants dropped.
-        let lp = v.clone().square().mul_scalar(-1.0 / 18.0)
-            - z.square().sum_dim(1).mul(v.clone().neg().exp()).mul_scalar(0.5)
-            - v.mul_scalar(0.5 * self.k as f64);
-        lp.squeeze_dim(1)
-    }
-}
 
 /// A `d`-dimensional Gaussian with sds spread log-uniformly over `[lo, hi]` and neighbouring
 /// coordinates correlated `rho` (an AR(1)-like band through a random rotation would do as well;

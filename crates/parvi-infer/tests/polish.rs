@@ -31,6 +31,20 @@ fn moments(x: &[f64], d: usize) -> (Vec<f64>, Vec<f64>) {
     (mean, var)
 }
 
+/// Row-major draws of [`target`] have its means and variances within four Monte Carlo errors of
+/// `ess` effective draws (of a mean: `sd / sqrt(ess)`; of a Gaussian's variance:
+/// `var sqrt(2 / ess)`).
+fn assert_target_moments(draws: &[f64], ess: f64) {
+    let (mean, cov) = target();
+    let d = mean.len();
+    let (m, v) = moments(draws, d);
+    for j in 0..d {
+        let var = cov[j * d + j];
+        assert!((m[j] - mean[j]).abs() < 4.0 * (var / ess).sqrt(), "mean {j}: {} vs {}", m[j], mean[j]);
+        assert!((v[j] / var - 1.0).abs() < 4.0 * (2.0 / ess).sqrt(), "variance {j}: {} vs {var}", v[j]);
+    }
+}
+
 /// `n` particles collapsed to a third of each sd of [`target`] and shifted by half an sd: a
 /// biased fixed point.
 fn biased_particles(n: usize, device: &burn::tensor::Device) -> Particles {
@@ -81,30 +95,20 @@ fn polish_from_biased_particles_returns_draws_with_the_targets_moments() {
     assert!(r.converged && r.max_rhat <= 1.01 && r.min_ess >= 400.0, "{r:?}");
     assert!((0.3..0.9).contains(&r.acceptance), "acceptance {}", r.acceptance);
     assert_eq!(run.draws.dims(), [r.kept * 64, d]);
-    let (m, v) = moments(&to_vec_f64(&run.draws), d);
-    // Monte Carlo sd of a mean from ESS >= 400 draws: sd / 20; of a variance: var sqrt(2 / 400)
-    // (Gaussian). Four of those.
-    let ess = r.min_ess;
-    for j in 0..d {
-        let var = cov[j * d + j];
-        assert!((m[j] - mean[j]).abs() < 4.0 * (var / ess).sqrt(), "mean {j}: {} vs {}", m[j], mean[j]);
-        assert!((v[j] / var - 1.0).abs() < 4.0 * (2.0 / ess).sqrt(), "variance {j}: {} vs {var}", v[j]);
-    }
+    assert_target_moments(&to_vec_f64(&run.draws), r.min_ess);
     // The ESS the step reports is the bulk ESS of its own draws (read back here).
     let host = to_vec_f64(&run.draws);
     let chains: Vec<Vec<f64>> = (0..64).map(|c| (0..r.kept).map(|s| host[(s * 64 + c) * d]).collect()).collect();
     assert!(bulk_ess(&chains) >= r.min_ess - 1e-6);
 }
 
-/// autoMALA is `p`-reversible: forced from the start on the Gaussian, its draws have the target's
-/// means and variances within four Monte Carlo errors of their ESS (a selection that broke the
-/// reversibility check, e.g. a reverse bracket other than the forward one, biases the variances
-/// by far more). On this smooth target the automatic kernel keeps MALA: no chain is stuck.
+/// autoMALA is `p`-reversible: forced from the start on the Gaussian, from biased particles, its
+/// draws have the target's means and variances within four Monte Carlo errors of their ESS. On
+/// this smooth target the automatic kernel keeps MALA: no chain is stuck.
 #[test]
 fn auto_mala_draws_have_the_targets_moments_and_auto_keeps_mala_on_a_smooth_target() {
     let device = flex();
     let (mean, cov) = target();
-    let d = mean.len();
     let model = Gaussian::new(&mean, &cov, &device).unwrap();
     let particles = biased_particles(64, &device);
     let config = PolishConfig { kernel: PolishKernel::AutoMala, ..Default::default() };
@@ -114,13 +118,7 @@ fn auto_mala_draws_have_the_targets_moments_and_auto_keeps_mala_on_a_smooth_targ
     assert!(r.converged, "{r:?}");
     // Two full scores an iteration at least (the forward and the reverse selection).
     assert!(r.score_evals >= 2 * 64 * r.steps, "{r:?}");
-    let (m, v) = moments(&to_vec_f64(&run.draws), d);
-    let ess = r.min_ess;
-    for j in 0..d {
-        let var = cov[j * d + j];
-        assert!((m[j] - mean[j]).abs() < 4.0 * (var / ess).sqrt(), "mean {j}: {} vs {}", m[j], mean[j]);
-        assert!((v[j] / var - 1.0).abs() < 4.0 * (2.0 / ess).sqrt(), "variance {j}: {} vs {var}", v[j]);
-    }
+    assert_target_moments(&to_vec_f64(&run.draws), r.min_ess);
     let auto = polish(&model, &particles, None, &PolishConfig::default(), 11).unwrap().report;
     assert_eq!(auto.kernel, PolishKernel::Mala, "{auto:?}");
     assert!(auto.stuck_share <= 0.05, "{auto:?}");
