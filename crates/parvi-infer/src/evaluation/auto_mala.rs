@@ -16,8 +16,8 @@
 //! Since the selector depends on `(x, p, a, b)` only through quantities the reverse move
 //! reproduces, the kernel is `p`-reversible for a fixed `eps0` (the paper's Theorem 1). All
 //! chains run at once: every round of halving or doubling scores the chains still searching in
-//! one batched call, so an iteration costs two full scores plus one for each round some chain
-//! still needs.
+//! one batched call, so an iteration costs two full scores (the forward and the reverse
+//! selection's first try) plus the rows of the chains still searching in each later round.
 
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 use parvi_model::LogDensity;

@@ -19,7 +19,7 @@
 //! acceptance probability, and when more than [`STUCK_SHARE`] of the chains accept less than
 //! [`STUCK_ACCEPTANCE`] (a smooth target at one good step leaves hardly any chain there), the
 //! polish step drops what it kept and continues with autoMALA ([`super::auto_mala`]), which picks
-//! every chain's step afresh at every iteration, reversibly, for two to four scores an iteration
+//! every chain's step afresh at every iteration, reversibly, for two or more scores an iteration
 //! instead of one (`kernel` forces either).
 
 use std::time::Instant;
