@@ -207,11 +207,14 @@ fn time_collectives(c: &dyn Collective) -> Result<()> {
     for len in [1_000usize, 10_000, 100_000, 1_000_000, 10_000_000] {
         let counts = parvi::infer::core::shard::shard_counts(len, c.size());
         let local = vec![1f32; counts[c.rank()]];
-        let mut values = vec![1f32; len];
+        let values = vec![1f32; len];
         let (mut reduce, mut gather) = (Vec::new(), Vec::new());
         for rep in 0..8 {
             let t = std::time::Instant::now();
-            c.all_reduce_sum(&mut values)?;
+            let sum = c.all_reduce_sum(&values)?;
+            if sum.len() != len {
+                bail!("the all-reduce returned {} values, expected {len}", sum.len());
+            }
             let r = t.elapsed().as_secs_f64();
             let t = std::time::Instant::now();
             let all = c.all_gather_rows(&local, &counts, 1)?;

@@ -79,15 +79,16 @@ impl Collective for MpiCollective {
         Ok(all)
     }
 
-    fn all_reduce_sum(&self, values: &mut [f32]) -> Result<(), InferError> {
-        if i32::try_from(values.len()).is_err() {
+    fn all_reduce_sum(&self, local: &[f32]) -> Result<Vec<f32>, InferError> {
+        if i32::try_from(local.len()).is_err() {
             return Err(InferError::setting("distributed", "an all-reduce exceeds MPI's 2^31 - 1 values"));
         }
+        // Zeroed by the allocator (fresh pages need no pass of ours); MPI writes the sum.
+        let mut sum = vec![0f32; local.len()];
         let started = Instant::now();
-        let local = values.to_vec();
-        SimpleCommunicator::world().all_reduce_into(&local[..], values, SystemOperation::sum());
+        SimpleCommunicator::world().all_reduce_into(local, &mut sum[..], SystemOperation::sum());
         self.nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        Ok(())
+        Ok(sum)
     }
 
     fn abort(&self, message: &str) -> ! {

@@ -89,12 +89,6 @@ pub fn svgd_direction(kernel: &dyn Kernel, x: Tensor<2>, s: Tensor<2>) -> Tensor
     svgd_direction_dense(kernel, x, s)
 }
 
-/// `phi` plus the linear features' part ([`linear_direction`], unweighted) when `kernel` has
-/// them; the radial paths (dense, tiled, row blocks) compute `phi` alike.
-fn with_linear(kernel: &dyn Kernel, phi: Tensor<2>, x: Tensor<2>, s: Tensor<2>, y: Tensor<2>) -> Tensor<2> {
-    if kernel.linear_features() { phi + linear_direction(x, s, y, None) } else { phi }
-}
-
 /// The rows `rows` of [`svgd_direction`]: `phi(x_i)` for `i` in `rows` from all `n` particles
 /// `x` and their scores `s`, with the kernel's data-dependent parameters (the median bandwidth)
 /// fixed from the whole set ([`Kernel::resolved`]: the value the whole direction uses), so the
@@ -139,7 +133,6 @@ pub fn svgd_direction_share(
     median_sq: &mut dyn FnMut(&Tensor<2>) -> f32,
 ) -> Option<Tensor<2>> {
     let n = x.dims()[0];
-    let m = rows.len();
     let sources = x.clone().slice([rows]);
     let sq = pairwise_sq_dists(sources.clone(), x.clone()); // [rows, n]: sources j, targets i
     let kernel = if n <= DENSE_MAX_POINTS {
@@ -147,8 +140,8 @@ pub fn svgd_direction_share(
     } else {
         kernel.resolved(n, &mut || pair_median_sq(&x))?
     };
-    // `direction_at` averages over its `m` sources; the share is their sum over all `n`.
-    Some(direction_at(kernel.as_ref(), &sq, sources, s_rows, x).mul_scalar(m as f64 / n as f64))
+    // The `m` sources' terms averaged over all `n` particles: the shares add up to the whole.
+    Some(direction_over(kernel.as_ref(), &sq, sources, s_rows, x, n))
 }
 
 /// [`svgd_direction_share`] for a sharded step of `method`, or the error naming the method
@@ -183,21 +176,39 @@ pub fn svgd_direction_dense(kernel: &dyn Kernel, x: Tensor<2>, s: Tensor<2>) -> 
 }
 
 /// The SVGD direction at the targets `y` from the squared distances `sq` `[n, m]` of all `n`
-/// particles `x` (scores `s`) to them. For a kernel with `f' = c f` (the RBF) the drift and the
-/// repulsion share one product: `phi = (1/n) [K^T (S + 2c X) - 2c Y colsum(K)]`, one
-/// `[m, n] x [n, d]` product instead of two; other kernels take the general [`stein_direction`].
+/// particles `x` (scores `s`) to them ([`direction_over`] all of them).
+fn direction_at(kernel: &dyn Kernel, sq: &Tensor<2>, x: Tensor<2>, s: Tensor<2>, y: Tensor<2>) -> Tensor<2> {
+    let n = x.dims()[0];
+    direction_over(kernel, sq, x, s, y, n)
+}
+
+/// The sum of the sources `x`' (scores `s`) SVGD terms at the targets `y`, divided by `norm`
+/// (the sources' count for the whole direction, the whole set's for a share of it). For a
+/// kernel with `f' = c f` (the RBF) the drift and the repulsion share one product:
+/// `phi = (1/norm) [K^T (S + 2c X) - 2c Y colsum(K)]`, one `[m, n] x [n, d]` product instead of
+/// two, and `1/norm` is folded into the small `K` (a share costs no extra pass over `[m, d]`);
+/// other kernels take the general [`stein_direction`].
 ///
 /// A kernel with linear features adds their part ([`linear_direction`]).
-fn direction_at(kernel: &dyn Kernel, sq: &Tensor<2>, x: Tensor<2>, s: Tensor<2>, y: Tensor<2>) -> Tensor<2> {
+fn direction_over(
+    kernel: &dyn Kernel,
+    sq: &Tensor<2>,
+    x: Tensor<2>,
+    s: Tensor<2>,
+    y: Tensor<2>,
+    norm: usize,
+) -> Tensor<2> {
+    let sources = x.dims()[0];
+    let share = |phi: Tensor<2>| if sources == norm { phi } else { phi.mul_scalar(sources as f64 / norm as f64) };
     let phi = match kernel.eval_proportional(sq) {
         Some((k, c)) => {
-            let n = x.dims()[0] as f64;
-            let two_c = c.mul_scalar(2.0 / n); // [1, 1]
+            let norm = norm as f64;
+            let two_c = c.mul_scalar(2.0 / norm); // [1, 1]
             let colsum = k.clone().sum_dim(0).transpose(); // [m, 1]
-            k.transpose().div_scalar(n).matmul(s.clone() + x.clone() * two_c.clone().mul_scalar(n))
+            k.transpose().div_scalar(norm).matmul(s.clone() + x.clone() * two_c.clone().mul_scalar(norm))
                 - y.clone() * (colsum * two_c)
         }
-        None => stein_direction(&kernel.eval(sq, false), x.clone(), s.clone(), y.clone(), None),
+        None => share(stein_direction(&kernel.eval(sq, false), x.clone(), s.clone(), y.clone(), None)),
     };
-    with_linear(kernel, phi, x, s, y)
+    if kernel.linear_features() { phi + share(linear_direction(x, s, y, None)) } else { phi }
 }
