@@ -372,9 +372,12 @@ fn host_residual_sum(net: &DenseStack, theta: &[f64], x: &[f64], y: &[f64], k: u
         .sum()
 }
 
+/// The squared columns (if any), `c1` and `c2` of one joint.
+type JointCase = (Option<std::ops::Range<usize>>, Vec<f64>, Vec<f64>);
+
 /// The precision terms' coefficients checked: the noise precision's alone, and with a second
 /// precision over the network's own columns (a hierarchical prior on the weights).
-fn joint_cases(net: &DenseStack) -> Vec<(Option<std::ops::Range<usize>>, Vec<f64>, Vec<f64>)> {
+fn joint_cases(net: &DenseStack) -> Vec<JointCase> {
     vec![(None, vec![3.5], vec![0.7]), (Some(net.offset()..net.end()), vec![3.5, 2.25], vec![0.7, 0.5])]
 }
 
@@ -384,7 +387,7 @@ const JOINT_RATE: f64 = 0.3;
 /// two columns after the network).
 fn weighted_joint(
     net: &DenseStack,
-    case: &(Option<std::ops::Range<usize>>, Vec<f64>, Vec<f64>),
+    case: &JointCase,
     p: Tensor<2>,
     x: Tensor<2>,
     y: Tensor<2>,
@@ -399,7 +402,7 @@ fn weighted_joint(
 /// their `cat` and `fused::log_precision_terms`.
 fn weighted_chain(
     net: &DenseStack,
-    case: &(Option<std::ops::Range<usize>>, Vec<f64>, Vec<f64>),
+    case: &JointCase,
     p: Tensor<2>,
     x: Tensor<2>,
     y: Tensor<2>,

@@ -230,14 +230,15 @@ struct AdagradMomentum {
 /// one pass updates together with the displacement (the tensor form's eight operations each
 /// allocate and fill a buffer: about 17 us of the Boston BNN step's `[20, 753]`).
 enum History {
-    Tensor(Tensor<2>),
+    // Boxed: a tensor handle is several hundred bytes, the host variant a hundred.
+    Tensor(Box<Tensor<2>>),
     Host { values: Vec<f32>, shape: [usize; 2], device: Device },
 }
 
 impl History {
     fn to_tensor(&self) -> Tensor<2> {
         match self {
-            History::Tensor(t) => t.clone(),
+            History::Tensor(t) => (**t).clone(),
             History::Host { values, shape, device } => {
                 Tensor::from_data(TensorData::new(values.clone(), *shape), device)
             }
@@ -254,7 +255,7 @@ impl AdagradMomentum {
             Some(h) => h.to_tensor().mul_scalar(self.alpha) + g2.mul_scalar(1.0 - self.alpha),
         };
         let delta = phi / hist.clone().sqrt().add_scalar(self.fudge);
-        self.hist = Some(History::Tensor(hist));
+        self.hist = Some(History::Tensor(Box::new(hist)));
         delta.mul_scalar(lr)
     }
 
@@ -302,7 +303,7 @@ impl StepAdapter for AdagradMomentum {
 
     fn load(&mut self, state: &EngineState, prefix: &str, device: &Device) -> Result<(), InferError> {
         self.t = state.scalar(&key(prefix, "t"))? as usize;
-        self.hist = state.tensor_opt(&key(prefix, "hist"), device)?.map(History::Tensor);
+        self.hist = state.tensor_opt(&key(prefix, "hist"), device)?.map(|t| History::Tensor(Box::new(t)));
         Ok(())
     }
 }
