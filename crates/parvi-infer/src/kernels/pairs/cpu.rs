@@ -112,10 +112,11 @@ fn transpose(values: &[f32], rows: usize, cols: usize) -> Vec<f32> {
 }
 
 /// Up to this many points [`rbf_direction_small`] takes a small set's direction on the host.
-/// Measured at 20 points and 753 dimensions (the Boston BNN): about 15 us against 48 to 67 for
-/// the dense tensor path's two dozen flex operations, most of which is their fixed cost, so
-/// this path pays where the set is small; above, the tensor path's products are the cost and
-/// stay with the backend.
+/// At 20 points and 753 dimensions (the Boston BNN) it took 55 us against 68 for the dense
+/// tensor path's two dozen flex operations on a loaded machine (docs/benchmarks.md): the two
+/// `n x n x d` products, the same in both, are most of either, and what the host pass saves is
+/// the operations' fixed costs, which count while the set is small; above, the products are
+/// the cost and stay with the backend.
 pub(crate) const HOST_DIRECTION_MAX_POINTS: usize = 64;
 
 /// SVGD's whole direction of a small set under an RBF-type kernel with a host rate
