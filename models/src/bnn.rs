@@ -470,6 +470,22 @@ impl Bnn {
         let batch = rows.flatten();
         let scale = batch.map_or(1.0, Minibatch::scale);
         let b = batch.map_or(self.rows, |mb| mb.len) as f64;
+        let hyper_const = A0 * B0.ln() - parvi_model::dist::ln_gamma(A0);
+        let nwf = nw as f64;
+        if let (Some(batch), LayerOps::Fused, BnnTask::Regression, WeightPrior::Hierarchical) =
+            (rows, self.config.layer_ops, self.config.task, self.config.prior)
+        {
+            // The default model: the network, its residual sum, the weights' sum of squares and
+            // both precision terms (the same coefficients as below) as one autodiff node that
+            // writes one gradient buffer.
+            let (x, _) = Minibatch::select(batch, self.x.clone());
+            let (y, _) = Minibatch::select(batch, self.y.clone());
+            let c1 = [0.5 * b * scale + A0, 0.5 * nwf + A0];
+            let c2 = [0.5 * scale, 0.5];
+            let constant = (hyper_const - 0.5 * b * LN_2PI * scale) + (hyper_const - 0.5 * nwf * LN_2PI);
+            let terms = self.net.residual_precision_terms(particles, x, y, nw, Some(0..nw), &c1, &c2, B0);
+            return terms.reshape([n]).add_scalar(constant);
+        }
         let likelihood = rows.map(|batch| self.likelihood(particles.clone(), batch));
         let ssw = match self.config.layer_ops {
             LayerOps::Fused => fused::sum_squares_of_columns(particles.clone(), 0, nw),
@@ -479,8 +495,6 @@ impl Bnn {
         // c1 u - e^u (c2 s + b0) with s its sum of squares, the Gamma(a0, b0) prior and the
         // Jacobian folded in: one fused node for the k sampled precisions
         // (`fused::log_precision_terms`) instead of a dozen, each of which costs a backward op.
-        let hyper_const = A0 * B0.ln() - parvi_model::dist::ln_gamma(A0);
-        let nwf = nw as f64;
         let mut stats = Vec::with_capacity(2);
         let (mut c1, mut c2) = (Vec::with_capacity(2), Vec::with_capacity(2));
         let mut constant = 0.0;

@@ -18,7 +18,9 @@
 //! - `autodiff node, [20, 1]` / `[20, 753]`: forward and backward of a chain of 40 elementwise
 //!   scalar ops, per op: the per-node price of the graph, almost all of it bookkeeping and
 //!   allocation on tensors this small.
-//! - `svgd direction`, `adagrad update`: the kernel part and the step-size adapter.
+//! - `svgd direction`, `adagrad update`: the kernel part and the step-size adapter; `dense
+//!   tensor ops`: the direction from tensor operations (what a GPU backend runs) beside the
+//!   host pass a small set takes on a CPU.
 //! - `svgd step through the run loop`: one whole step as `parvi bench speed` times it (the
 //!   `Runner` with SVGD, the RBF median kernel, AdaGrad 1e-3, minibatches of 100, the divergence
 //!   check every step), per step of 200-step runs.
@@ -28,7 +30,7 @@ use std::time::Instant;
 
 use anyhow::{Result, bail};
 use parvi_bench::handwritten::{BnnShape, HandwrittenSvgd};
-use parvi_infer::kernels::svgd_direction;
+use parvi_infer::kernels::{svgd_direction, svgd_direction_dense};
 use parvi_infer::{
     AdapterConfig, BatchOrder, BatchStream, EngineRng, EngineSpec, KernelConfig, MethodConfig, Particles, Rbf,
     RunConfig, Runner,
@@ -146,6 +148,8 @@ fn main() -> Result<()> {
     let kernel = Rbf::median();
     let direction_us = time_us(|| svgd_direction(&kernel, particles.clone(), grad.clone()));
     rows.push(("svgd direction".into(), direction_us));
+    let dense_us = time_us(|| svgd_direction_dense(&kernel, particles.clone(), grad.clone()));
+    rows.push(("svgd direction, dense tensor ops".into(), dense_us));
     let mut adagrad = AdapterConfig::adagrad(1e-3).build()?;
     let adapter_us = time_us(|| particles.clone() + adagrad.delta(grad.clone()));
     rows.push(("adagrad update".into(), adapter_us));

@@ -220,6 +220,40 @@ fn large_sets_go_through_tiles_with_the_dense_numbers() {
     }
 }
 
+/// A small set's direction on a CPU (one host pass under the RBF, `pairs::rbf_direction_small`)
+/// is the dense tensor path's, and both are the `f64` reference's to `f32` precision: in few and
+/// in many dimensions (the Boston BNN's 753), from one point to past the host path's limit.
+#[test]
+fn small_sets_take_the_dense_numbers_on_the_host() {
+    for (n, dim) in [(1, 3), (2, 3), (20, 3), (20, 753), (64, 40), (65, 40)] {
+        let x = normal_points(n, dim, 7).mul_scalar(1.5).add_scalar(4.0);
+        let s = x.clone().neg().add_scalar(3.0) + normal_points(n, dim, 8).mul_scalar(0.3);
+        let (xs, ss) = (host(&x), host(&s));
+        let median_h = median_rule_h2(pair_median_sq(&x), n).sqrt();
+        let kernels: [(Box<dyn Kernel>, Option<f64>); 4] = [
+            (Box::new(Rbf::median()), Some(median_h)),
+            (Box::new(Rbf::han_liu()), Some(median_h / 2f64.sqrt())),
+            (Box::new(Rbf::fixed(0.7 * dim as f64).unwrap()), Some(0.7 * dim as f64)),
+            (Box::new(Imq::new(1.0, -0.5).unwrap()), None),
+        ];
+        for (kernel, h) in &kernels {
+            let direction = host(&svgd_direction(kernel.as_ref(), x.clone(), s.clone()));
+            let dense = host(&svgd_direction_dense(kernel.as_ref(), x.clone(), s.clone()));
+            if let Some(h) = h {
+                let rows: Vec<usize> = (0..n).collect();
+                let reference: Vec<f32> =
+                    reference_rbf_direction(&xs, &ss, dim, *h, &rows).iter().map(|&v| v as f32).collect();
+                let error = relative_gap(&direction, &reference);
+                assert!(error < 2e-5, "{} at n = {n}, dim = {dim}: vs f64 reference {error}", kernel.describe());
+            }
+            // The two round differently in many dimensions: the host pass centres the points
+            // before its Gram product, the dense path does not.
+            let gap = relative_gap(&direction, &dense);
+            assert!(gap < 1e-4, "{} at n = {n}, dim = {dim}: vs the dense path {gap}", kernel.describe());
+        }
+    }
+}
+
 /// All `n^2` squared distances of `x`'s rows (the diagonal included), sorted, in `f64`.
 fn sorted_pair_distances(x: &parvi_model::burn::tensor::Tensor<2>) -> Vec<f64> {
     let [n, d] = x.dims();

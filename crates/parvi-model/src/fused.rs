@@ -67,7 +67,7 @@ pub fn log_precision_terms(
         shape_coeffs.len(),
         stat_coeffs.len()
     );
-    let terms = PrecisionTerms { start, shape: shape_coeffs.to_vec(), stat: stat_coeffs.to_vec(), rate };
+    let terms = PrecisionTerms::new(start, shape_coeffs, stat_coeffs, rate);
     Tensor::from_dispatch(<Dispatch as FusedSumOps>::log_precision_terms(
         x.into_dispatch(),
         stats.into_dispatch(),
@@ -78,10 +78,32 @@ pub fn log_precision_terms(
 /// The columns and coefficients of [`log_precision_terms`].
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct PrecisionTerms {
-    start: usize,
-    shape: Vec<f64>,
-    stat: Vec<f64>,
-    rate: f64,
+    pub start: usize,
+    pub shape: Vec<f64>,
+    pub stat: Vec<f64>,
+    pub rate: f64,
+}
+
+impl PrecisionTerms {
+    /// The terms of [`log_precision_terms`] over columns `start..` with the coefficients given.
+    pub fn new(start: usize, shape: &[f64], stat: &[f64], rate: f64) -> Self {
+        Self { start, shape: shape.to_vec(), stat: stat.to_vec(), rate }
+    }
+
+    /// `c1_j u - e^u (c2_j s + rate)`, the term of precision `j` at `u` with statistic `s`.
+    pub fn term(&self, j: usize, u: f64, s: f64) -> f64 {
+        self.shape[j] * u - u.exp() * (self.stat[j] * s + self.rate)
+    }
+
+    /// Its derivative with respect to `u`: `c1_j - e^u (c2_j s + rate)`.
+    pub fn du(&self, j: usize, u: f64, s: f64) -> f64 {
+        self.shape[j] - u.exp() * (self.stat[j] * s + self.rate)
+    }
+
+    /// Its derivative with respect to `s`: `-e^u c2_j`.
+    pub fn ds(&self, j: usize, u: f64) -> f64 {
+        -u.exp() * self.stat[j]
+    }
 }
 
 /// The fused pieces and their backward passes, per backend.
@@ -356,7 +378,7 @@ impl FusedSumOps for Flex {
 }
 
 /// `sum_j v[j]^2` with eight partial sums the compiler can keep in one vector register.
-fn sum_squares(v: &[f32]) -> f32 {
+pub(crate) fn sum_squares(v: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let chunks = v.chunks_exact(8);
     let rest: f32 = chunks.remainder().iter().map(|x| x * x).sum();
@@ -375,7 +397,7 @@ fn f32_tensor<const D: usize>(values: Vec<f32>, shape: [usize; D]) -> FlexTensor
 }
 
 /// The sums from burn's primitive operations: every backend without native bodies runs these.
-mod generic {
+pub(crate) mod generic {
     use super::*;
 
     pub fn sum_squares<B: Backend>(x: FloatTensor<B>, start: usize, len: usize) -> FloatTensor<B> {

@@ -55,6 +55,15 @@ pub fn to_vec_f64<const D: usize>(x: &Tensor<D>) -> Vec<f64> {
     to_vec_f32(x).into_iter().map(f64::from).collect()
 }
 
+/// Whether `device` computes on this machine's CPU (flex or ndarray, with or without autodiff),
+/// where a tensor's values are a host read away: host passes over small tensors pay there.
+pub fn is_cpu(device: &burn::tensor::Device) -> bool {
+    let inner = device.clone().inner();
+    #[allow(deprecated)]
+    let cpu = inner == burn::tensor::Device::flex() || inner == burn::tensor::Device::ndarray();
+    cpu
+}
+
 /// Whether every entry is finite (a host read of one boolean).
 pub fn all_finite<const D: usize>(x: &Tensor<D>) -> bool {
     x.clone().is_finite().all().into_scalar::<bool>()

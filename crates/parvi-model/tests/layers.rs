@@ -5,7 +5,7 @@
 
 use parvi_model::burn::tensor::{DType, Device, Tensor, TensorData};
 use parvi_model::layers::{Activation, DenseLayer, DenseStack, LayerOps};
-use parvi_model::{BackendKind, ModelError, ParamLayout, value_and_grad, value_and_grad2};
+use parvi_model::{BackendKind, ModelError, ParamLayout, fused, value_and_grad, value_and_grad2};
 use rand::SeedableRng;
 use rand_distr::{Distribution, StandardNormal};
 
@@ -324,36 +324,9 @@ fn network_residual_sums_match_a_host_f64_evaluation() {
             let (value, grad) =
                 value_and_grad(p.clone(), |p| weighted_residuals(&net, p, x.clone(), y.clone(), c.clone())).unwrap();
             let (pv, xv, yv, cv) = (to_vec_f64(&p), to_vec_f64(&x), to_vec_f64(&y), to_vec_f64(&c));
-            let act = |a: Activation, z: f64| match a {
-                Activation::Identity => z,
-                Activation::Relu => z.max(0.0),
-                Activation::Tanh => z.tanh(),
-            };
             // sum_i c_i sum_r (y_r - f_i(x_r))^2 with the network evaluated row by row.
             let host = |pv: &[f64]| -> Vec<f64> {
-                (0..n)
-                    .map(|i| {
-                        let theta = &pv[i * dim..(i + 1) * dim];
-                        let ssr: f64 = (0..rows)
-                            .map(|r| {
-                                let mut h = xv[r * k..(r + 1) * k].to_vec();
-                                for layer in net.layers() {
-                                    let (ki, o) = (layer.inputs(), layer.outputs());
-                                    let w = &theta[layer.offset()..layer.offset() + o * ki];
-                                    let b = &theta[layer.offset() + o * ki..layer.end()];
-                                    h = (0..o)
-                                        .map(|u| {
-                                            let z: f64 = b[u] + (0..ki).map(|j| w[u * ki + j] * h[j]).sum::<f64>();
-                                            act(layer.activation(), z)
-                                        })
-                                        .collect();
-                                }
-                                (yv[r] - h[0]).powi(2)
-                            })
-                            .sum();
-                        cv[i] * ssr
-                    })
-                    .collect()
+                (0..n).map(|i| cv[i] * host_residual_sum(&net, &pv[i * dim..(i + 1) * dim], &xv, &yv, k)).collect()
             };
             let want = host(&pv);
             let err = max_rel_err(&to_vec_f64(&value), &want);
@@ -367,6 +340,177 @@ fn network_residual_sums_match_a_host_f64_evaluation() {
                 let fd = (host(&up)[j / dim] - host(&down)[j / dim]) / (2.0 * h);
                 let err = (fd - g[j]).abs() / (1.0 + fd.abs());
                 assert!(err < 1e-6, "{backend} {net:?}: d/dparticle[{j}] autodiff {} vs host differences {fd}", g[j]);
+            }
+        }
+    }
+}
+
+/// `sum_r (y_r - f(x_r))^2` of one particle's network `theta`, evaluated row by row in `f64`
+/// from the layers written out by hand (rows `x` of `k` inputs, row-major).
+fn host_residual_sum(net: &DenseStack, theta: &[f64], x: &[f64], y: &[f64], k: usize) -> f64 {
+    let act = |a: Activation, z: f64| match a {
+        Activation::Identity => z,
+        Activation::Relu => z.max(0.0),
+        Activation::Tanh => z.tanh(),
+    };
+    (0..y.len())
+        .map(|r| {
+            let mut h = x[r * k..(r + 1) * k].to_vec();
+            for layer in net.layers() {
+                let (ki, o) = (layer.inputs(), layer.outputs());
+                let w = &theta[layer.offset()..layer.offset() + o * ki];
+                let b = &theta[layer.offset() + o * ki..layer.end()];
+                h = (0..o)
+                    .map(|u| {
+                        let z: f64 = b[u] + (0..ki).map(|j| w[u * ki + j] * h[j]).sum::<f64>();
+                        act(layer.activation(), z)
+                    })
+                    .collect();
+            }
+            (y[r] - h[0]).powi(2)
+        })
+        .sum()
+}
+
+/// The squared columns (if any), `c1` and `c2` of one joint.
+type JointCase = (Option<std::ops::Range<usize>>, Vec<f64>, Vec<f64>);
+
+/// The precision terms' coefficients checked: the noise precision's alone, and with a second
+/// precision over the network's own columns (a hierarchical prior on the weights).
+fn joint_cases(net: &DenseStack) -> Vec<JointCase> {
+    vec![(None, vec![3.5], vec![0.7]), (Some(net.offset()..net.end()), vec![3.5, 2.25], vec![0.7, 0.5])]
+}
+
+const JOINT_RATE: f64 = 0.3;
+
+/// `sum_i c_i terms_i` through [`DenseStack::residual_precision_terms`] (the precisions in the
+/// two columns after the network).
+fn weighted_joint(
+    net: &DenseStack,
+    case: &JointCase,
+    p: Tensor<2>,
+    x: Tensor<2>,
+    y: Tensor<2>,
+    c: Tensor<2>,
+) -> Tensor<1> {
+    let n = p.dims()[0];
+    let terms = net.residual_precision_terms(p, x, y, net.end(), case.0.clone(), &case.1, &case.2, JOINT_RATE);
+    (terms * c).reshape([n])
+}
+
+/// The same terms from the separate fused nodes: the residual sum, the columns' sum of squares,
+/// their `cat` and `fused::log_precision_terms`.
+fn weighted_chain(
+    net: &DenseStack,
+    case: &JointCase,
+    p: Tensor<2>,
+    x: Tensor<2>,
+    y: Tensor<2>,
+    c: Tensor<2>,
+) -> Tensor<1> {
+    let n = p.dims()[0];
+    let ssr = net.sum_squared_residuals(p.clone(), x, y);
+    let stats = match &case.0 {
+        Some(r) => Tensor::cat(vec![ssr, fused::sum_squares_of_columns(p.clone(), r.start, r.len())], 1),
+        None => ssr,
+    };
+    let terms = fused::log_precision_terms(p, net.end(), stats, &case.1, &case.2, JOINT_RATE);
+    (terms * c).reshape([n])
+}
+
+/// The one-node joint (network, residual sum, squared columns, precision terms) gives what the
+/// separate fused nodes give, values and gradients, on every backend; on flex, whose native
+/// backward writes one buffer with the same factors, to the bit.
+#[test]
+fn network_precision_terms_equal_the_chained_nodes_on_every_backend() {
+    for (backend, device) in backends() {
+        let tol = if backend == BackendKind::Wgpu { 1e-3 } else { 1e-5 };
+        let ad = device.autodiff();
+        for net in residual_networks() {
+            for case in joint_cases(&net) {
+                let p = normal([5, net.end() + 2], 4, DType::F32, &ad).mul_scalar(0.5);
+                let x = normal([9, 4], 5, DType::F32, &ad);
+                let y = normal([9, 1], 6, DType::F32, &ad);
+                let c = normal([5, 1], 7, DType::F32, &ad);
+                let run = |f: &dyn Fn(Tensor<2>) -> Tensor<1>| {
+                    let (v, g) = value_and_grad(p.clone(), f).unwrap();
+                    (to_vec_f64(&v), to_vec_f64(&g))
+                };
+                let joint = run(&|p| weighted_joint(&net, &case, p, x.clone(), y.clone(), c.clone()));
+                let chain = run(&|p| weighted_chain(&net, &case, p, x.clone(), y.clone(), c.clone()));
+                let (ev, eg) = (max_rel_err(&joint.0, &chain.0), max_rel_err(&joint.1, &chain.1));
+                assert!(ev < tol && eg < tol, "{backend} {net:?} {case:?}: value differs by {ev}, gradient by {eg}");
+                if backend == BackendKind::Flex {
+                    assert_eq!(joint, chain, "{net:?} {case:?}: flex's one node differs from its chained nodes");
+                }
+            }
+        }
+    }
+}
+
+/// Against an independent evaluation: the terms summed in `f64` on the host from the network
+/// written out by hand, and their gradient by central differences of that host sum; in `f64`
+/// on the CPU backends (the primitive-op bodies), and flex's native `f32` kernels against the
+/// `f64` gradient.
+#[test]
+fn network_precision_terms_match_a_host_f64_evaluation() {
+    for (backend, device) in backends().into_iter().filter(|(b, _)| *b != BackendKind::Wgpu) {
+        let ad = device.autodiff();
+        for net in residual_networks() {
+            for case in joint_cases(&net) {
+                let (n, rows, k) = (3, 7, 4);
+                let dim = net.end() + 2;
+                let p = normal([n, dim], 11, DType::F64, &ad).mul_scalar(0.5);
+                let x = normal([rows, k], 12, DType::F64, &ad);
+                let y = normal([rows, 1], 13, DType::F64, &ad);
+                let c = normal([n, 1], 14, DType::F64, &ad);
+                let (value, grad) =
+                    value_and_grad(p.clone(), |p| weighted_joint(&net, &case, p, x.clone(), y.clone(), c.clone()))
+                        .unwrap();
+                let (pv, xv, yv, cv) = (to_vec_f64(&p), to_vec_f64(&x), to_vec_f64(&y), to_vec_f64(&c));
+                let (squares, c1, c2) = &case;
+                // sum_i c_i sum_j c1_j u_j - e^{u_j} (c2_j s_j + rate), s = (ssr, sum of squares).
+                let host = |pv: &[f64]| -> Vec<f64> {
+                    (0..n)
+                        .map(|i| {
+                            let theta = &pv[i * dim..(i + 1) * dim];
+                            let mut stats = vec![host_residual_sum(&net, theta, &xv, &yv, k)];
+                            if let Some(r) = squares {
+                                stats.push(theta[r.clone()].iter().map(|v| v * v).sum());
+                            }
+                            let terms: f64 = (0..stats.len())
+                                .map(|j| {
+                                    let u = theta[net.end() + j];
+                                    c1[j] * u - u.exp() * (c2[j] * stats[j] + JOINT_RATE)
+                                })
+                                .sum();
+                            cv[i] * terms
+                        })
+                        .collect()
+                };
+                let want = host(&pv);
+                let err = max_rel_err(&to_vec_f64(&value), &want);
+                assert!(err < 1e-12, "{backend} {net:?} {case:?}: value differs from the host f64 sum by {err}");
+                let h = 1e-6;
+                let g = to_vec_f64(&grad);
+                for j in 0..n * dim {
+                    let (mut up, mut down) = (pv.clone(), pv.clone());
+                    up[j] += h;
+                    down[j] -= h;
+                    let fd = (host(&up)[j / dim] - host(&down)[j / dim]) / (2.0 * h);
+                    let err = (fd - g[j]).abs() / (1.0 + fd.abs());
+                    assert!(err < 1e-6, "{backend} {net:?} {case:?}: d/dparticle[{j}] autodiff {} vs {fd}", g[j]);
+                }
+                if backend == BackendKind::Flex {
+                    // The native f32 kernels on the same values.
+                    let f32_of = |t: &Tensor<2>| Tensor::<2>::from_data(t.to_data().convert_dtype(DType::F32), &ad);
+                    let (v32, g32) = value_and_grad(f32_of(&p), |p| {
+                        weighted_joint(&net, &case, p, f32_of(&x), f32_of(&y), f32_of(&c))
+                    })
+                    .unwrap();
+                    let (ev, eg) = (max_rel_err(&to_vec_f64(&v32), &want), max_rel_err(&to_vec_f64(&g32), &g));
+                    assert!(ev < 1e-5 && eg < 1e-5, "flex f32 {net:?} {case:?}: value off by {ev}, gradient by {eg}");
+                }
             }
         }
     }

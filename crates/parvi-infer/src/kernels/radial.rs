@@ -52,6 +52,13 @@ pub trait Kernel: Send + Sync {
         None
     }
 
+    /// `c` of a kernel with `f' = c f` whose bandwidth is a number already (the RBF with a
+    /// fixed `h`, as [`Kernel::resolved`] leaves a median rule): a host path evaluates the
+    /// kernel from it with no tensor operation. `None` otherwise.
+    fn host_rate(&self) -> Option<f64> {
+        None
+    }
+
     /// Whether the kernel adds linear features `x^T y / d + 1` to its radial part
     /// ([`crate::kernels::MomentMatching`]): the Stein directions then add
     /// [`crate::kernels::linear_direction`], and what cannot (a Stein kernel matrix, induced
@@ -165,6 +172,14 @@ impl Kernel for Rbf {
             Bandwidth::HanLiuMedian => fixed(median_rule_h2(median_sq(), n) / 2.0),
             Bandwidth::Fixed(_) | Bandwidth::Tensor(_) => Box::new(self.clone()),
         })
+    }
+
+    /// `c = -1 / (2 h^2)`, as [`Kernel::eval_proportional`]'s rate.
+    fn host_rate(&self) -> Option<f64> {
+        match self.bandwidth {
+            Bandwidth::Fixed(h) => Some(-0.5 / (h * h)),
+            _ => None,
+        }
     }
 
     fn describe(&self) -> String {

@@ -9,7 +9,9 @@ use parvi_model::tensor_ops::{median_on_host, pairwise_sq_dists};
 
 use crate::InferError;
 use crate::core::shard::{ShardPart, not_shardable};
-use crate::kernels::pairs::{DENSE_MAX_POINTS, PairTiles, pair_median_sq, svgd_direction_tiled};
+use crate::kernels::pairs::{
+    DENSE_MAX_POINTS, HOST_DIRECTION_MAX_POINTS, PairTiles, pair_median_sq, rbf_direction_small, svgd_direction_tiled,
+};
 use crate::kernels::{Kernel, RadialEval, linear_direction, linear_stein_kernel};
 
 /// The (weighted) Stein variational direction at the targets `y`:
@@ -78,9 +80,16 @@ pub fn stein_kernel(kernel: &dyn Kernel, x: Tensor<2>, score: Tensor<2>) -> Tens
 /// Above [`DENSE_MAX_POINTS`] particles it is computed in tiles ([`svgd_direction_tiled`]:
 /// no `n x n` matrix, memory `O(n d)`) for every kernel that can be evaluated in blocks
 /// ([`Kernel::resolved`]: the RBF and the IMQ); below, and for other kernels, from the whole
-/// matrix ([`svgd_direction_dense`]).
+/// matrix ([`svgd_direction_dense`]), which for a small set on a CPU under the RBF is one host
+/// pass (`pairs::rbf_direction_small`: the same mathematics without two dozen tensor
+/// operations' fixed costs).
 pub fn svgd_direction(kernel: &dyn Kernel, x: Tensor<2>, s: Tensor<2>) -> Tensor<2> {
     let n = x.dims()[0];
+    if n <= HOST_DIRECTION_MAX_POINTS
+        && let Some(phi) = rbf_direction_small(kernel, &x, &s)
+    {
+        return phi;
+    }
     if n > DENSE_MAX_POINTS
         && let Some(phi) = svgd_direction_tiled(kernel, x.clone(), s.clone(), &PairTiles::for_budget(n))
     {

@@ -15,7 +15,7 @@ use burn::tensor::{DType, Element, TensorData};
 
 use super::Activation;
 use super::ops::{DenseSpec, ParticleDenseOps, generic};
-use super::residuals::{StackResidualKernels, StackResidualOps, StackSpec, generic_stack};
+use super::residuals::{JointSpec, StackResidualKernels, StackResidualOps, StackSpec, generic_stack};
 use crate::strided_gemm::{GemmScalar, Operand, gemm};
 
 impl ParticleDenseOps for Flex {
@@ -402,6 +402,16 @@ impl StackResidualOps for Flex {
     fn stack_residuals(x: FlexTensor, y: FlexTensor, particles: FlexTensor, stack: StackSpec) -> FlexTensor {
         <Flex as StackResidualKernels>::stack_residuals_forward(x, y, particles, &stack).0
     }
+
+    fn stack_log_joint(
+        x: FlexTensor,
+        y: FlexTensor,
+        particles: FlexTensor,
+        stack: StackSpec,
+        joint: JointSpec,
+    ) -> FlexTensor {
+        <Flex as StackResidualKernels>::stack_joint_forward(x, y, particles, &stack, &joint).0
+    }
 }
 
 impl StackResidualKernels for Flex {
@@ -431,14 +441,117 @@ impl StackResidualKernels for Flex {
         let (xc, yc, pc, gc) = (x.to_contiguous(), y.to_contiguous(), particles.to_contiguous(), grad.to_contiguous());
         let same =
             |d: DType| [&xc, &yc, &pc, &gc].iter().all(|t| t.dtype() == d) && outputs.iter().all(|t| t.dtype() == d);
+        let [n, dim] = pc.shape().dims::<2>();
         if same(DType::F32) {
-            stack_grad::<f32>(&xc, &yc, &pc, outputs, &gc, stack)
+            let g = f32::values(&gc).expect("checked f32");
+            tensor(stack_grad::<f32>(&xc, &yc, &pc, outputs, g, stack), &[n, dim])
         } else if same(DType::F64) {
-            stack_grad::<f64>(&xc, &yc, &pc, outputs, &gc, stack)
+            let g = f64::values(&gc).expect("checked f64");
+            tensor(stack_grad::<f64>(&xc, &yc, &pc, outputs, g, stack), &[n, dim])
         } else {
             generic_stack::grad::<Flex>(x, y, particles, outputs, grad, stack)
         }
     }
+
+    fn stack_joint_forward(
+        x: FlexTensor,
+        y: FlexTensor,
+        particles: FlexTensor,
+        stack: &StackSpec,
+        joint: &JointSpec,
+    ) -> (FlexTensor, FlexTensor, Vec<FlexTensor>) {
+        let pc = particles.to_contiguous();
+        if pc.dtype() != DType::F32 {
+            return generic_stack::joint_forward::<Flex>(x, y, particles, stack, joint);
+        }
+        let (sums, outputs) = <Flex as StackResidualKernels>::stack_residuals_forward(x, y, pc.clone(), stack);
+        match joint_terms(&pc, &sums.to_contiguous(), joint) {
+            Some((terms, stats)) => (terms, stats, outputs),
+            None => {
+                let stats = generic_stack::joint_stats::<Flex>(sums, pc.clone(), joint);
+                let terms = crate::fused::generic::precision_terms::<Flex>(pc, stats.clone(), &joint.terms);
+                (terms, stats, outputs)
+            }
+        }
+    }
+
+    fn stack_joint_grad(
+        x: FlexTensor,
+        y: FlexTensor,
+        particles: FlexTensor,
+        outputs: Vec<FlexTensor>,
+        stats: FlexTensor,
+        grad: FlexTensor,
+        stack: &StackSpec,
+        joint: &JointSpec,
+    ) -> FlexTensor {
+        let contiguous = [&x, &y, &particles, &stats, &grad].map(|t| t.to_contiguous());
+        let all_f32 =
+            contiguous.iter().all(|t| t.dtype() == DType::F32) && outputs.iter().all(|t| t.dtype() == DType::F32);
+        if !all_f32 {
+            return generic_stack::joint_grad::<Flex>(x, y, particles, outputs, stats, grad, stack, joint);
+        }
+        let [xc, yc, pc, sc, gc] = contiguous;
+        joint_grad(&xc, &yc, &pc, outputs, &sc, &gc, stack, joint)
+    }
+}
+
+/// The statistics `[n, k]` (the residual sums, then the sums of squares of `joint.squares`) and
+/// the terms `[n, 1]` of `joint` from the `f32` particles and residual sums, the terms in `f64`
+/// as `fused::log_precision_terms` computes them on flex; `None` if a tensor is not `f32`.
+fn joint_terms(particles: &FlexTensor, sums: &FlexTensor, joint: &JointSpec) -> Option<(FlexTensor, FlexTensor)> {
+    let ([n, dim], k) = (particles.shape().dims::<2>(), joint.k());
+    if particles.dtype() != DType::F32 || sums.dtype() != DType::F32 {
+        return None;
+    }
+    let (p, r) = (f32::values(particles)?, f32::values(sums)?);
+    let mut stats = Vec::with_capacity(n * k);
+    let mut terms = Vec::with_capacity(n);
+    for (row, &ssr) in p.chunks_exact(dim).zip(r) {
+        stats.push(ssr);
+        if let Some((start, len)) = joint.squares {
+            stats.push(crate::fused::sum_squares(&row[start..start + len]));
+        }
+        let s = &stats[stats.len() - k..];
+        let u = &row[joint.terms.start..][..k];
+        terms.push((0..k).map(|j| joint.terms.term(j, f64::from(u[j]), f64::from(s[j]))).sum::<f64>() as f32);
+    }
+    Some((tensor(terms, &[n, 1]), tensor(stats, &[n, k])))
+}
+
+/// The particles' gradient `[n, dim]` of the joint's terms weighted by `grad` `[n, 1]`, in one
+/// buffer: the network's part from [`stack_grad`] with the residual sum's weight `-e^u c2 g`,
+/// then `2 (-e^u c2 g) x` added into the squared columns and `(c1 - e^u (c2 s + rate)) g` into
+/// the precision columns (each factor rounded to `f32` as the separate fused nodes round it, so
+/// the sum is theirs).
+#[allow(clippy::too_many_arguments)]
+fn joint_grad(
+    x: &FlexTensor,
+    y: &FlexTensor,
+    particles: &FlexTensor,
+    outputs: Vec<FlexTensor>,
+    stats: &FlexTensor,
+    grad: &FlexTensor,
+    stack: &StackSpec,
+    joint: &JointSpec,
+) -> FlexTensor {
+    const OWN: &str = "the caller checked every tensor is f32";
+    let ([n, dim], k, terms) = (particles.shape().dims::<2>(), joint.k(), &joint.terms);
+    let (p, s, g) = (f32::values(particles).expect(OWN), f32::values(stats).expect(OWN), f32::values(grad).expect(OWN));
+    let u = |i: usize, j: usize| f64::from(p[i * dim + terms.start + j]);
+    let weight: Vec<f32> = (0..n).map(|i| (terms.ds(0, u(i, 0)) * f64::from(g[i])) as f32).collect();
+    let mut out = stack_grad::<f32>(x, y, particles, outputs, &weight, stack);
+    for (i, (o, row)) in out.chunks_exact_mut(dim).zip(p.chunks_exact(dim)).enumerate() {
+        let gi = f64::from(g[i]);
+        if let Some((start, len)) = joint.squares {
+            let scale = 2.0 * (terms.ds(1, u(i, 1)) * gi) as f32;
+            o[start..start + len].iter_mut().zip(&row[start..start + len]).for_each(|(o, &v)| *o += scale * v);
+        }
+        for j in 0..k {
+            o[terms.start + j] += (terms.du(j, u(i, j), f64::from(s[i * k + j])) * gi) as f32;
+        }
+    }
+    tensor(out, &[n, dim])
 }
 
 /// Every layer's output `[B, n, o_l]` by the native layer kernel, and the residual sums `[n, 1]`
@@ -470,7 +583,7 @@ fn stack_forward<T: Real>(
     Some((tensor(sums, &[n, 1]), outputs))
 }
 
-/// The particles' gradient `[n, dim]` of the residual sums weighted by `grad` `[n, 1]`, from the
+/// The particles' gradient `[n, dim]` of the residual sums weighted by `gv` `[n]`, from the
 /// layer outputs of [`stack_forward`], every layer written into one buffer. Walking down from the
 /// output, each layer's gradient with respect to its output becomes its pre-activation gradient
 /// (bias sums in the same pass), then its weights' gradient and the gradient it passes down. A
@@ -482,13 +595,13 @@ fn stack_grad<T: Real>(
     y: &FlexTensor,
     particles: &FlexTensor,
     outputs: Vec<FlexTensor>,
-    grad: &FlexTensor,
+    gv: &[T],
     stack: &StackSpec,
-) -> FlexTensor {
+) -> Vec<T> {
     const OWN: &str = "the backward pass's buffers hold the type checked by the caller";
     let ([b, k], [n, dim]) = (x.shape().dims::<2>(), particles.shape().dims::<2>());
-    let (xv, yv, gv, pv) = (T::values(x), T::values(y), T::values(grad), T::values(particles));
-    let (xv, yv, gv, pv) = (xv.expect(OWN), yv.expect(OWN), gv.expect(OWN), pv.expect(OWN));
+    let (xv, yv, pv) = (T::values(x), T::values(y), T::values(particles));
+    let (xv, yv, pv) = (xv.expect(OWN), yv.expect(OWN), pv.expect(OWN));
     let p = View { values: pv, dims: vec![n, dim] };
     let layers = &stack.layers;
     let last = layers.len() - 1;
@@ -536,7 +649,7 @@ fn stack_grad<T: Real>(
         }
         l -= 1;
     }
-    tensor(out, &[n, dim])
+    out
 }
 
 /// The backward pass through a one-output layer `spec` (pre-activation gradient `g` `[B, n]`)

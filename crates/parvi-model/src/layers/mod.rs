@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Constraint, ModelError, ParamLayout};
 use ops::{DenseSpec, ParticleDenseOps};
-use residuals::{StackResidualOps, StackSpec};
+use residuals::{JointSpec, StackResidualOps, StackSpec};
 
 /// The elementwise nonlinearity after a layer's affine map.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -358,5 +358,77 @@ impl DenseStack {
         }
         let f = self.forward(particles, x).reshape([b, n]);
         if all_fused { crate::fused::sum_squared_residuals(y, f) } else { (y - f).square().sum_dim(0).reshape([n, 1]) }
+    }
+
+    /// The log-precision terms of [`crate::fused::log_precision_terms`] (`sum_j c1_j u_j - e^{u_j}
+    /// (c2_j s_j + rate)`, `u_j = particles[:, start + j]`, `[n, 1]`) whose statistics are this
+    /// network's residual sum of squares ([`DenseStack::sum_squared_residuals`]) and, with
+    /// `squares`, the sum of squares of those columns ([`crate::fused::sum_squares_of_columns`]):
+    /// a Gaussian regression's log-joint with a sampled noise precision and, with `squares`, a
+    /// sampled precision of a Gaussian prior on those columns, up to a constant. With one
+    /// coefficient each there is no `squares`; with two there must be.
+    ///
+    /// With every layer fused and data rows and targets it is one autodiff node whose backward
+    /// pass writes the network's, the squared columns' and the precisions' gradients into one
+    /// buffer (`residuals`); otherwise the fused pieces are chained.
+    ///
+    /// # Panics
+    /// As [`DenseStack::sum_squared_residuals`]; and if the coefficients are not one (without
+    /// `squares`) or two (with), or the columns are not inside the particles.
+    #[allow(clippy::too_many_arguments)]
+    pub fn residual_precision_terms(
+        &self,
+        particles: Tensor<2>,
+        x: Tensor<2>,
+        y: Tensor<2>,
+        start: usize,
+        squares: Option<std::ops::Range<usize>>,
+        shape_coeffs: &[f64],
+        stat_coeffs: &[f64],
+        rate: f64,
+    ) -> Tensor<2> {
+        let k = if squares.is_some() { 2 } else { 1 };
+        let dim = particles.dims()[1];
+        assert!(
+            shape_coeffs.len() == k
+                && stat_coeffs.len() == k
+                && start + k <= dim
+                && squares.as_ref().is_none_or(|r| r.start <= r.end && r.end <= dim),
+            "precision terms over columns {start}..{} of {dim}-column particles with squares {squares:?} and {} / {} coefficients",
+            start + k,
+            shape_coeffs.len(),
+            stat_coeffs.len()
+        );
+        let all_fused = self.layers.iter().all(|l| l.ops == LayerOps::Fused);
+        if !(all_fused && !x.is_tracked() && !y.is_tracked()) {
+            let ssr = self.sum_squared_residuals(particles.clone(), x, y);
+            let stats = match squares {
+                Some(r) => {
+                    Tensor::cat(vec![ssr, crate::fused::sum_squares_of_columns(particles.clone(), r.start, r.len())], 1)
+                }
+                None => ssr,
+            };
+            return crate::fused::log_precision_terms(particles, start, stats, shape_coeffs, stat_coeffs, rate);
+        }
+        let ([b, inputs], [rows, one], n) = (x.dims(), y.dims(), particles.dims()[0]);
+        assert!(
+            self.outputs() == 1 && inputs == self.inputs() && rows == b && one == 1 && dim >= self.end(),
+            "residuals of a {}-input, {}-output network ending at column {} on rows [{b}, {inputs}], targets [{rows}, {one}], particles [{n}, {dim}]",
+            self.inputs(),
+            self.outputs(),
+            self.end()
+        );
+        let stack = StackSpec { layers: self.layers.iter().map(|l| l.spec).collect() };
+        let joint = JointSpec {
+            terms: crate::fused::PrecisionTerms::new(start, shape_coeffs, stat_coeffs, rate),
+            squares: squares.map(|r| (r.start, r.len())),
+        };
+        Tensor::from_dispatch(<Dispatch as StackResidualOps>::stack_log_joint(
+            x.into_dispatch(),
+            y.into_dispatch(),
+            particles.into_dispatch(),
+            stack,
+            joint,
+        ))
     }
 }

@@ -9,6 +9,12 @@
 //! input gradient, the layer below's activation derivative and its bias sums are one pass, in
 //! place over the saved activations (which nothing else reads).
 //!
+//! The same node can carry the rest of a Gaussian regression's log-joint with sampled
+//! precisions (`stack_log_joint`): the noise precision's term with the residual sum as its
+//! statistic and the weights' precision's term with their sum of squares, so that the network,
+//! the prior and both precisions write one gradient buffer, where separate nodes wrote four
+//! (the network, the sum of squares, the precision terms, and a `cat` of the statistics).
+//!
 //! Only the particles are differentiated: the rows and targets must be untracked (data), which
 //! [`super::DenseStack::sum_squared_residuals`] checks before it takes this path.
 
@@ -21,14 +27,31 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, TensorMetadata, backend_extension};
-use burn::tensor::Shape;
+use burn::tensor::{Shape, Slice};
 
 use super::ops::{DenseSpec, generic};
+use crate::fused::{PrecisionTerms, generic as fused_generic};
 
 /// The layers of a network, input side first; the last has one output unit and no activation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct StackSpec {
     pub layers: Vec<DenseSpec>,
+}
+
+/// What [`StackResidualOps::stack_log_joint`] adds around the residual sum: the log-precision
+/// terms (`crate::fused::log_precision_terms`) whose statistics are the residual sum and, for a
+/// second precision, the sum of squares of the columns `squares` (`(start, len)`).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct JointSpec {
+    pub terms: PrecisionTerms,
+    pub squares: Option<(usize, usize)>,
+}
+
+impl JointSpec {
+    /// How many precisions: 1 (the residuals' alone) or 2 (and the squares').
+    pub fn k(&self) -> usize {
+        self.terms.shape.len()
+    }
 }
 
 /// The network's residual sum of squares, per backend: one operation for the whole network.
@@ -43,6 +66,21 @@ pub(crate) trait StackResidualOps: Backend {
         stack: StackSpec,
     ) -> FloatTensor<Self> {
         generic_stack::forward::<Self>(x, y, particles, &stack).0
+    }
+
+    /// The log-precision terms of `joint` `[n, 1]` with the residual sum (and a sum of squares
+    /// of columns) as their statistics: the whole Gaussian log-joint of a regression network
+    /// with sampled precisions, up to a constant, as one operation.
+    fn stack_log_joint(
+        x: FloatTensor<Self>,
+        y: FloatTensor<Self>,
+        particles: FloatTensor<Self>,
+        stack: StackSpec,
+        joint: JointSpec,
+    ) -> FloatTensor<Self> {
+        let (sums, _) = generic_stack::forward::<Self>(x, y, particles.clone(), &stack);
+        let stats = generic_stack::joint_stats::<Self>(sums, particles.clone(), &joint);
+        fused_generic::precision_terms::<Self>(particles, stats, &joint.terms)
     }
 }
 
@@ -70,6 +108,35 @@ pub(crate) trait StackResidualKernels: Backend {
         stack: &StackSpec,
     ) -> FloatTensor<Self> {
         generic_stack::grad::<Self>(x, y, particles, outputs, grad, stack)
+    }
+
+    /// The terms `[n, 1]` of [`StackResidualOps::stack_log_joint`], their statistics `[n, k]`
+    /// and every layer's output.
+    fn stack_joint_forward(
+        x: FloatTensor<Self>,
+        y: FloatTensor<Self>,
+        particles: FloatTensor<Self>,
+        stack: &StackSpec,
+        joint: &JointSpec,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, Vec<FloatTensor<Self>>) {
+        generic_stack::joint_forward::<Self>(x, y, particles, stack, joint)
+    }
+
+    /// The gradient `[n, dim]` of the terms weighted by `grad` `[n, 1]` with respect to the
+    /// particles: the network's (through the residual sum), the squared columns' and the
+    /// precisions' parts (flex writes them into one buffer; the primitive-op body adds three).
+    #[allow(clippy::too_many_arguments)]
+    fn stack_joint_grad(
+        x: FloatTensor<Self>,
+        y: FloatTensor<Self>,
+        particles: FloatTensor<Self>,
+        outputs: Vec<FloatTensor<Self>>,
+        stats: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        stack: &StackSpec,
+        joint: &JointSpec,
+    ) -> FloatTensor<Self> {
+        generic_stack::joint_grad::<Self>(x, y, particles, outputs, stats, grad, stack, joint)
     }
 }
 
@@ -120,6 +187,55 @@ impl<B: StackResidualOps + StackResidualKernels, C: CheckpointStrategy> StackRes
             OpsKind::UnTracked(prep) => prep.finish(B::stack_residuals(x, y, particles, stack)),
         }
     }
+
+    fn stack_log_joint(
+        x: FloatTensor<Self>,
+        y: FloatTensor<Self>,
+        particles: FloatTensor<Self>,
+        stack: StackSpec,
+        joint: JointSpec,
+    ) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct StackJointBackward;
+
+        impl<B: StackResidualKernels> Backward<B, 1> for StackJointBackward {
+            /// The rows, the targets, the particles, every layer's output, the statistics, and
+            /// the layers and terms.
+            #[allow(clippy::type_complexity)]
+            type State = (
+                FloatTensor<B>,
+                FloatTensor<B>,
+                FloatTensor<B>,
+                Vec<FloatTensor<B>>,
+                FloatTensor<B>,
+                StackSpec,
+                JointSpec,
+            );
+
+            fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
+                let [particles_node] = ops.parents;
+                let grad = grads.consume::<B>(&ops.node);
+                let (x, y, particles, outputs, stats, stack, joint) = ops.state;
+                if let Some(node) = particles_node {
+                    let g = B::stack_joint_grad(x, y, particles, outputs, stats, grad, &stack, &joint);
+                    grads.register::<B>(node.id, g);
+                }
+            }
+        }
+
+        // As `stack_residuals`: only the particles have a node.
+        let (x, _) = x.into_parts();
+        let (y, _) = y.into_parts();
+        let (particles, particles_node) = particles.into_parts();
+        match StackJointBackward.prepare::<C>([particles_node]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => {
+                let (terms, stats, outputs) =
+                    B::stack_joint_forward(x.clone(), y.clone(), particles.clone(), &stack, &joint);
+                prep.finish((x, y, particles, outputs, stats, stack, joint), terms)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(B::stack_log_joint(x, y, particles, stack, joint)),
+        }
+    }
 }
 
 /// The network and its gradient from the layer's primitive-op bodies: every backend without
@@ -145,6 +261,21 @@ pub(crate) mod generic_stack {
         let r = B::float_sub(y, f);
         let sums = B::float_reshape(B::float_sum_dim(B::float_mul(r.clone(), r), 0), Shape::new([n, 1]));
         (sums, outputs)
+    }
+
+    /// The statistics `[n, k]` of `joint`: the residual sums `[n, 1]`, beside them the sums of
+    /// squares of the columns `joint.squares` when there are two precisions.
+    pub fn joint_stats<B: Backend>(
+        sums: FloatTensor<B>,
+        particles: FloatTensor<B>,
+        joint: &JointSpec,
+    ) -> FloatTensor<B> {
+        match joint.squares {
+            Some((start, len)) => {
+                B::float_cat(vec![sums, crate::fused::generic::sum_squares::<B>(particles, start, len)], 1)
+            }
+            None => sums,
+        }
     }
 
     pub fn grad<B: Backend>(
@@ -180,5 +311,49 @@ pub(crate) mod generic_stack {
             upstream = generic::input_grad::<B>(pre, particles.clone(), spec, false);
         }
         total.expect("a stack has at least one layer")
+    }
+
+    /// The terms `[n, 1]`, statistics `[n, k]` and layer outputs of a joint, from the network's
+    /// forward pass on `B` and the precision terms' primitive-op bodies.
+    #[allow(clippy::type_complexity)]
+    pub fn joint_forward<B: StackResidualKernels>(
+        x: FloatTensor<B>,
+        y: FloatTensor<B>,
+        particles: FloatTensor<B>,
+        stack: &StackSpec,
+        joint: &JointSpec,
+    ) -> (FloatTensor<B>, FloatTensor<B>, Vec<FloatTensor<B>>) {
+        let (sums, outputs) = B::stack_residuals_forward(x, y, particles.clone(), stack);
+        let stats = joint_stats::<B>(sums, particles.clone(), joint);
+        let terms = fused_generic::precision_terms::<B>(particles, stats.clone(), &joint.terms);
+        (terms, stats, outputs)
+    }
+
+    /// The particles' gradient of a joint: the network's part (the residual sum's weight
+    /// `-e^u c2 g` through `B`'s network gradient), the squared columns' and the precisions',
+    /// added up from three buffers.
+    #[allow(clippy::too_many_arguments)]
+    pub fn joint_grad<B: StackResidualKernels>(
+        x: FloatTensor<B>,
+        y: FloatTensor<B>,
+        particles: FloatTensor<B>,
+        outputs: Vec<FloatTensor<B>>,
+        stats: FloatTensor<B>,
+        grad: FloatTensor<B>,
+        stack: &StackSpec,
+        joint: &JointSpec,
+    ) -> FloatTensor<B> {
+        let n = particles.shape()[0];
+        let dstats = fused_generic::precision_terms_stats_grad::<B>(particles.clone(), grad.clone(), &joint.terms);
+        let column = |j: usize| B::float_slice(dstats.clone(), &[Slice::from(0..n), Slice::from(j..j + 1)]);
+        let network = B::stack_residuals_grad(x, y, particles.clone(), outputs, column(0), stack);
+        let precisions = fused_generic::precision_terms_x_grad::<B>(particles.clone(), stats, grad, &joint.terms);
+        let total = B::float_add(network, precisions);
+        match joint.squares {
+            Some((start, len)) => {
+                B::float_add(total, fused_generic::sum_squares_grad::<B>(particles, column(1), start, len))
+            }
+            None => total,
+        }
     }
 }

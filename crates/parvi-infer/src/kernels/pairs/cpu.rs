@@ -32,10 +32,7 @@ pub const FUSED_MAX_DIM: usize = 16;
 
 /// Whether `device` computes on this machine's CPU, where a tensor's values are a host read away.
 pub(super) fn is_cpu(device: &Device) -> bool {
-    let inner = device.clone().inner();
-    #[allow(deprecated)]
-    let cpu = inner == Device::flex() || inner == Device::ndarray();
-    cpu
+    parvi_model::tensor_ops::is_cpu(device)
 }
 
 /// The point set on the host, centred on its mean (distances do not change; sums of products
@@ -112,6 +109,78 @@ fn transpose(values: &[f32], rows: usize, cols: usize) -> Vec<f32> {
         }
     }
     out
+}
+
+/// Up to this many points [`rbf_direction_small`] takes a small set's direction on the host.
+/// At 20 points and 753 dimensions (the Boston BNN) it took 55 us against 68 for the dense
+/// tensor path's two dozen flex operations on a loaded machine (docs/benchmarks.md): the two
+/// `n x n x d` products, the same in both, are most of either, and what the host pass saves is
+/// the operations' fixed costs, which count while the set is small; above, the products are
+/// the cost and stay with the backend.
+pub(crate) const HOST_DIRECTION_MAX_POINTS: usize = 64;
+
+/// SVGD's whole direction of a small set under an RBF-type kernel with a host rate
+/// ([`Kernel::host_rate`] once resolved) on a CPU device, in one host pass: the points centred
+/// on their mean, the Gram matrix by one `gemm`, the squared distances (symmetric by
+/// construction, the diagonal exactly 0), their median for the bandwidth, the kernel, and
+/// `phi = (1/n) [K (S + 2c X) - 2c X * rowsum(K)]` by one more `gemm` (the dense tensor path's
+/// mathematics). The radial part only: `None` for a kernel with linear features, another
+/// kernel, another device, or tensors that carry an autodiff graph.
+pub(crate) fn rbf_direction_small(kernel: &dyn Kernel, x: &Tensor<2>, s: &Tensor<2>) -> Option<Tensor<2>> {
+    let device = x.device();
+    let [n, dim] = x.dims();
+    if n == 0 || !is_cpu(&device) || x.is_tracked() || s.is_tracked() || kernel.linear_features() {
+        return None;
+    }
+    // A probe with any median: whether the resolved kernel has a rate on the host.
+    kernel.resolved(n, &mut || 1.0)?.host_rate()?;
+    // The values read in place (one copy each from the device, none more): the centred points
+    // and `S + 2c X` are written from them.
+    let (x_data, s_data) = (x.to_data(), s.to_data());
+    let (Ok(xv), Ok(sv)) = (x_data.as_slice::<f32>(), s_data.as_slice::<f32>()) else {
+        return None;
+    };
+    let mut mean = vec![0.0f32; dim];
+    for row in xv.chunks_exact(dim) {
+        mean.iter_mut().zip(row).for_each(|(m, &v)| *m += v);
+    }
+    mean.iter_mut().for_each(|m| *m /= n as f32);
+    let mut rows = Vec::with_capacity(n * dim);
+    for row in xv.chunks_exact(dim) {
+        rows.extend(row.iter().zip(&mean).map(|(v, m)| v - m));
+    }
+    let mut gram = vec![0.0f32; n * n];
+    let x_rows = Operand { values: &rows, start: 0, row_stride: dim, col_stride: 1 };
+    let x_cols = Operand { values: &rows, start: 0, row_stride: 1, col_stride: dim };
+    gemm(n, dim, n, x_rows, x_cols, 1.0, &mut gram, (0, n, 1), false);
+    let mut sq = vec![0.0f32; n * n];
+    for i in 0..n {
+        for j in i + 1..n {
+            let d = (gram[i * n + i] + gram[j * n + j] - 2.0 * gram[i * n + j]).max(0.0);
+            sq[i * n + j] = d;
+            sq[j * n + i] = d;
+        }
+    }
+    let med = median_by_selection(&mut sq.clone()).unwrap_or(0.0);
+    let rate = kernel.resolved(n, &mut || med)?.host_rate()? as f32;
+    // K in place of the distances, and its row sums (= column sums: K is symmetric).
+    let mut rowsum = vec![0.0f32; n];
+    for (row, total) in sq.chunks_exact_mut(n).zip(rowsum.iter_mut()) {
+        row.iter_mut().for_each(|v| *v = (*v * rate).exp());
+        *total = row.iter().sum();
+    }
+    let two_rate = 2.0 * rate;
+    let right: Vec<f32> = sv.iter().zip(&rows).map(|(&g, &v)| g + two_rate * v).collect();
+    let inv_n = 1.0 / n as f32;
+    let mut phi = vec![0.0f32; n * dim];
+    let k = Operand { values: &sq, start: 0, row_stride: n, col_stride: 1 };
+    let rhs = Operand { values: &right, start: 0, row_stride: dim, col_stride: 1 };
+    gemm(n, n, dim, k, rhs, inv_n, &mut phi, (0, dim, 1), false);
+    for ((p, xr), &total) in phi.chunks_exact_mut(dim).zip(rows.chunks_exact(dim)).zip(&rowsum) {
+        let spread = total * two_rate * inv_n;
+        p.iter_mut().zip(xr).for_each(|(p, &v)| *p -= v * spread);
+    }
+    Some(Tensor::from_data(TensorData::new(phi, [n, dim]), &device))
 }
 
 /// SVGD's direction under an RBF-type kernel (`f' = c f`, [`Kernel::eval_proportional`]) on the
