@@ -263,9 +263,11 @@ impl AdagradMomentum {
     /// rounded as the tensor form rounds it (the scalars in `f32`), so the two agree to the bit.
     fn delta_host(&mut self, phi: Tensor<2>, lr: f64) -> Tensor<2> {
         let (shape, device) = (phi.dims(), phi.device());
-        let data = phi.to_data();
-        let Ok(g) = data.as_slice::<f32>() else {
-            return self.delta_tensor(phi, lr);
+        // The direction's own buffer where nothing else holds it (no copy of `[n, d]` floats).
+        let data = phi.into_data();
+        let g = match data.as_slice::<f32>() {
+            Ok(g) => g,
+            Err(_) => return self.delta_tensor(Tensor::from_data(data.clone(), &device), lr),
         };
         let (alpha, rest, fudge, lr) = (self.alpha as f32, (1.0 - self.alpha) as f32, self.fudge as f32, lr as f32);
         let hist = match self.hist.take() {
