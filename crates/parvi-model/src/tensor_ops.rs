@@ -64,8 +64,18 @@ pub fn is_cpu(device: &burn::tensor::Device) -> bool {
     cpu
 }
 
-/// Whether every entry is finite (a host read of one boolean).
+/// Whether every entry is finite (a host read of one value).
+///
+/// On a CPU device the sum comes first: IEEE addition carries any infinity or NaN into it, so
+/// a finite sum proves every entry finite in one reduction, where `is_finite().all()` fills a
+/// boolean tensor and reduces that (about half of the check's cost on the Boston BNN's
+/// `[20, 753]`). Only a non-finite sum (a non-finite entry, or finite entries whose sum
+/// overflows) takes the elementwise test. GPU shaders may assume no infinities or NaNs in
+/// arithmetic, so there the elementwise test stays the only one.
 pub fn all_finite<const D: usize>(x: &Tensor<D>) -> bool {
+    if is_cpu(&x.device()) && x.clone().sum().into_scalar::<f32>().is_finite() {
+        return true;
+    }
     x.clone().is_finite().all().into_scalar::<bool>()
 }
 
