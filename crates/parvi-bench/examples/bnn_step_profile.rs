@@ -21,6 +21,9 @@
 //! - `svgd direction`, `adagrad update`: the kernel part and the step-size adapter; `dense
 //!   tensor ops`: the direction from tensor operations (what a GPU backend runs) beside the
 //!   host pass a small set takes on a CPU.
+//! - `run loop: minibatch index tensor`, `run loop: finiteness check`: the loop's own work
+//!   each step (the next batch's row indices as a tensor; `Particles::is_finite`, read back);
+//!   `finiteness check, elementwise`: the check as `is_finite().all()`, which it was before.
 //! - `svgd step through the run loop`: one whole step as `parvi bench speed` times it (the
 //!   `Runner` with SVGD, the RBF median kernel, AdaGrad 1e-3, minibatches of 100, the divergence
 //!   check every step), per step of 200-step runs.
@@ -153,6 +156,19 @@ fn main() -> Result<()> {
     let mut adagrad = AdapterConfig::adagrad(1e-3).build()?;
     let adapter_us = time_us(|| particles.clone() + adagrad.delta(grad.clone()));
     rows.push(("adagrad update".into(), adapter_us));
+    let mut stream = BatchStream::new(ROWS, BATCH, BatchOrder::Cycle, 0)?;
+    let indices_us = time_blocks(
+        || {
+            let _ = stream.next_batch(&device);
+        },
+        || {},
+    );
+    rows.push(("run loop: minibatch index tensor".into(), indices_us));
+    let checked = Particles::new(particles.clone());
+    let finite_us = time_blocks(|| assert!(checked.is_finite()), || {});
+    rows.push(("run loop: finiteness check".into(), finite_us));
+    let elementwise_us = time_blocks(|| assert!(particles.clone().is_finite().all().into_scalar::<bool>()), || {});
+    rows.push(("finiteness check, elementwise (before)".into(), elementwise_us));
 
     let spec = EngineSpec::new(
         MethodConfig::default_for("svgd")?,

@@ -54,25 +54,31 @@ impl BatchStream {
 
     /// The next batch's row indices.
     pub fn next_indices(&mut self) -> Vec<usize> {
-        let total = self.total as u64;
-        let rows = (0..self.batch as u64)
-            .map(|i| {
-                let p = self.position + i;
-                let (epoch, offset) = (p / total, (p % total) as usize);
-                match self.order {
-                    BatchOrder::Cycle => offset,
-                    BatchOrder::Shuffle => self.permutation(epoch)[offset],
-                }
-            })
-            .collect();
-        self.position += self.batch as u64;
+        let mut rows = Vec::with_capacity(self.batch);
+        self.fill_indices(|r| rows.push(r));
         rows
+    }
+
+    /// Hands the next batch's row indices to `push`, in order, and advances the stream.
+    fn fill_indices(&mut self, mut push: impl FnMut(usize)) {
+        let total = self.total as u64;
+        for i in 0..self.batch as u64 {
+            let p = self.position + i;
+            let (epoch, offset) = (p / total, (p % total) as usize);
+            push(match self.order {
+                BatchOrder::Cycle => offset,
+                BatchOrder::Shuffle => self.permutation(epoch)[offset],
+            });
+        }
+        self.position += self.batch as u64;
     }
 
     /// The next batch as a [`Minibatch`] on `device`.
     pub fn next_batch(&mut self, device: &Device) -> Minibatch {
-        let rows: Vec<i64> = self.next_indices().into_iter().map(|r| r as i64).collect();
-        let len = rows.len();
+        let len = self.batch;
+        // The indices straight into the tensor's `i64` buffer: no `usize` vector between.
+        let mut rows = Vec::with_capacity(len);
+        self.fill_indices(|r| rows.push(r as i64));
         Minibatch { indices: Tensor::<1, Int>::from_data(TensorData::new(rows, [len]), device), len, total: self.total }
     }
 
