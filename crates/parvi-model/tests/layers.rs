@@ -331,17 +331,28 @@ fn network_residual_sums_match_a_host_f64_evaluation() {
             let want = host(&pv);
             let err = max_rel_err(&to_vec_f64(&value), &want);
             assert!(err < 1e-12, "{backend} {net:?}: value differs from the host f64 sum by {err}");
-            let h = 1e-6;
-            let g = to_vec_f64(&grad);
-            for j in 0..n * dim {
-                let (mut up, mut down) = (pv.clone(), pv.clone());
-                up[j] += h;
-                down[j] -= h;
-                let fd = (host(&up)[j / dim] - host(&down)[j / dim]) / (2.0 * h);
-                let err = (fd - g[j]).abs() / (1.0 + fd.abs());
-                assert!(err < 1e-6, "{backend} {net:?}: d/dparticle[{j}] autodiff {} vs host differences {fd}", g[j]);
-            }
+            assert_gradient_matches_differences(&format!("{backend} {net:?}"), &to_vec_f64(&grad), &pv, dim, &host);
         }
+    }
+}
+
+/// Asserts that the autodiff gradient `g` of `host` (one `f64` value per particle of `dim`
+/// coordinates in `pv`) matches its central differences, relative `1e-6`.
+fn assert_gradient_matches_differences(
+    what: &str,
+    g: &[f64],
+    pv: &[f64],
+    dim: usize,
+    host: &dyn Fn(&[f64]) -> Vec<f64>,
+) {
+    let h = 1e-6;
+    for j in 0..pv.len() {
+        let (mut up, mut down) = (pv.to_vec(), pv.to_vec());
+        up[j] += h;
+        down[j] -= h;
+        let fd = (host(&up)[j / dim] - host(&down)[j / dim]) / (2.0 * h);
+        let err = (fd - g[j]).abs() / (1.0 + fd.abs());
+        assert!(err < 1e-6, "{what}: d/dparticle[{j}] autodiff {} vs host differences {fd}", g[j]);
     }
 }
 
@@ -491,16 +502,8 @@ fn network_precision_terms_match_a_host_f64_evaluation() {
                 let want = host(&pv);
                 let err = max_rel_err(&to_vec_f64(&value), &want);
                 assert!(err < 1e-12, "{backend} {net:?} {case:?}: value differs from the host f64 sum by {err}");
-                let h = 1e-6;
                 let g = to_vec_f64(&grad);
-                for j in 0..n * dim {
-                    let (mut up, mut down) = (pv.clone(), pv.clone());
-                    up[j] += h;
-                    down[j] -= h;
-                    let fd = (host(&up)[j / dim] - host(&down)[j / dim]) / (2.0 * h);
-                    let err = (fd - g[j]).abs() / (1.0 + fd.abs());
-                    assert!(err < 1e-6, "{backend} {net:?} {case:?}: d/dparticle[{j}] autodiff {} vs {fd}", g[j]);
-                }
+                assert_gradient_matches_differences(&format!("{backend} {net:?} {case:?}"), &g, &pv, dim, &host);
                 if backend == BackendKind::Flex {
                     // The native f32 kernels on the same values.
                     let f32_of = |t: &Tensor<2>| Tensor::<2>::from_data(t.to_data().convert_dtype(DType::F32), &ad);
