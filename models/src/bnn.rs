@@ -461,6 +461,25 @@ impl LogDensity for Bnn {
     }
 }
 
+/// One sampled precision's term `c1 u - e^u (c2 s + b0) + constant` of the log-joint
+/// (`fused::log_precision_terms`' coefficients).
+struct PrecisionTerm {
+    c1: f64,
+    c2: f64,
+    constant: f64,
+}
+
+/// The noise precision's term over `b` rows scaled by `scale`: the Gaussian likelihood of the
+/// residual sum of squares with the Gamma(a0, b0) prior and the Jacobian folded in.
+fn noise_term(b: f64, scale: f64, hyper_const: f64) -> PrecisionTerm {
+    PrecisionTerm { c1: 0.5 * b * scale + A0, c2: 0.5 * scale, constant: hyper_const - 0.5 * b * LN_2PI * scale }
+}
+
+/// The weights' precision's term over `nw` weights (the hierarchical prior).
+fn weight_term(nw: f64, hyper_const: f64) -> PrecisionTerm {
+    PrecisionTerm { c1: 0.5 * nw + A0, c2: 0.5, constant: hyper_const - 0.5 * nw * LN_2PI }
+}
+
 impl Bnn {
     /// [`LogDensity::log_prob`] with the rows of `rows` (`Some(batch)`), or only the terms that
     /// depend on no row (`None`, [`LogDensity::log_prior`]).
@@ -476,13 +495,13 @@ impl Bnn {
             (rows, self.config.layer_ops, self.config.task, self.config.prior)
         {
             // The default model: the network, its residual sum, the weights' sum of squares and
-            // both precision terms (the same coefficients as below) as one autodiff node that
+            // both precision terms (the coefficients of the general path below) as one autodiff node that
             // writes one gradient buffer.
             let (x, _) = Minibatch::select(batch, self.x.clone());
             let (y, _) = Minibatch::select(batch, self.y.clone());
-            let c1 = [0.5 * b * scale + A0, 0.5 * nwf + A0];
-            let c2 = [0.5 * scale, 0.5];
-            let constant = (hyper_const - 0.5 * b * LN_2PI * scale) + (hyper_const - 0.5 * nwf * LN_2PI);
+            let (noise, weights) = (noise_term(b, scale, hyper_const), weight_term(nwf, hyper_const));
+            let (c1, c2) = ([noise.c1, weights.c1], [noise.c2, weights.c2]);
+            let constant = noise.constant + weights.constant;
             let terms = self.net.residual_precision_terms(particles, x, y, nw, Some(0..nw), &c1, &c2, B0);
             return terms.reshape([n]).add_scalar(constant);
         }
@@ -501,10 +520,11 @@ impl Bnn {
         let mut lp_extra: Option<Tensor<1>> = None;
         match likelihood {
             Some(Likelihood::SumOfSquares(ssr)) => {
+                let term = noise_term(b, scale, hyper_const);
                 stats.push(ssr);
-                c1.push(0.5 * b * scale + A0);
-                c2.push(0.5 * scale);
-                constant += hyper_const - 0.5 * b * LN_2PI * scale;
+                c1.push(term.c1);
+                c2.push(term.c2);
+                constant += term.constant;
             }
             Some(Likelihood::LogLik(lik)) => lp_extra = Some(lik.mul_scalar(scale)),
             // The noise precision's Gamma prior and Jacobian alone: no rows, no residuals.
@@ -518,10 +538,11 @@ impl Bnn {
         }
         match self.config.prior {
             WeightPrior::Hierarchical => {
+                let term = weight_term(nwf, hyper_const);
                 stats.push(ssw);
-                c1.push(0.5 * nwf + A0);
-                c2.push(0.5);
-                constant += hyper_const - 0.5 * nwf * LN_2PI;
+                c1.push(term.c1);
+                c2.push(term.c2);
+                constant += term.constant;
             }
             WeightPrior::Fixed(l) => {
                 // The weights' fixed-precision prior is not a precision term: added directly.
