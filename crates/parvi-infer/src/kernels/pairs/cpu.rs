@@ -14,7 +14,7 @@
 //! RBF's rate, `phi = (1/n) [K (S + 2c X) - 2c X * rowsum(K)]` (Liu & Wang 2016, eq. 8), over
 //! the tiles `I <= J` of the symmetric kernel matrix, points centred on their mean.
 
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{Tensor, TensorData};
 use parvi_model::fastmath::{exp_f32, exp_f32_fma, exp_scaled_in_place, has_avx2_fma};
 use parvi_model::strided_gemm::{Operand, gemm};
 use parvi_model::tensor_ops::{median_by_selection, to_vec_f32};
@@ -30,10 +30,7 @@ use crate::kernels::Kernel;
 /// (`d` multiply-adds per pair either way, but `gemm` blocks them for the cache).
 pub const FUSED_MAX_DIM: usize = 16;
 
-/// Whether `device` computes on this machine's CPU, where a tensor's values are a host read away.
-pub(super) fn is_cpu(device: &Device) -> bool {
-    parvi_model::tensor_ops::is_cpu(device)
-}
+pub(super) use parvi_model::tensor_ops::is_cpu;
 
 /// The point set on the host, centred on its mean (distances do not change; sums of products
 /// lose less to cancellation): rows `[n, dim]`, columns `[dim, n]` (few dimensions) and the
@@ -499,6 +496,7 @@ mod tests {
     use super::*;
     use crate::Rbf;
     use crate::kernels::svgd_direction_dense;
+    use burn::tensor::Device;
 
     fn points(n: usize, dim: usize, seed: u64) -> Tensor<2> {
         let mut state = seed;
