@@ -7,9 +7,10 @@ mod common;
 
 use common::*;
 use parvi_infer::kernels::{
-    DENSE_MAX_POINTS, EXACT_MEDIAN_MAX_POINTS, Imq, Kernel, MEDIAN_SAMPLE_MIN_PAIRS, MEDIAN_SAMPLE_PAIRS, MultiKernel,
-    PairTiles, Rbf, median_is_exact, median_rule_h2, pair_median_sq, sampled_pair_median_sq, svgd_direction,
-    svgd_direction_dense, svgd_direction_rows, svgd_direction_share, svgd_direction_tiled,
+    DENSE_MAX_POINTS, EXACT_MEDIAN_MAX_POINTS, GPU_TILE_SIDE, Imq, Kernel, MEDIAN_SAMPLE_MIN_PAIRS,
+    MEDIAN_SAMPLE_PAIRS, MultiKernel, PairTiles, Rbf, median_is_exact, median_rule_h2, pair_median_sq,
+    sampled_pair_median_sq, svgd_direction, svgd_direction_dense, svgd_direction_rows, svgd_direction_share,
+    svgd_direction_tiled,
 };
 use parvi_infer::{
     AdapterConfig, ControlFunctionalConfig, EngineRng, EngineSpec, MethodConfig, Particles, RandomSubset, Svgd,
@@ -355,6 +356,32 @@ fn svgd_in_tiles_recovers_the_correlated_gaussian() {
     }
     for i in 0..4 {
         assert!((cov[i] - GAUSSIAN_COV[i]).abs() < 0.1, "cov {cov:?}");
+    }
+}
+
+/// A CPU keeps its cache-sized tiles shared among the cores; a GPU takes tiles of
+/// `GPU_TILE_SIDE` points (its cost is the tiles' launches); `PARVI_TILE_SIDE` overrides both.
+#[test]
+fn tiles_follow_the_device() {
+    use parvi_model::BackendKind;
+    let forced = std::env::var("PARVI_TILE_SIDE").ok().and_then(|v| v.trim().parse::<usize>().ok()).filter(|&s| s > 0);
+    for n in [300, 20_000, 100_000] {
+        let flex = BackendKind::Flex.device().unwrap();
+        let expected = forced.map_or_else(|| PairTiles::for_budget(n), |side| PairTiles::new(n, side));
+        assert_eq!(PairTiles::for_device(n, &flex), expected, "flex, n = {n}");
+        assert!(forced.is_some() || PairTiles::for_device(n, &flex).block() <= 512, "flex tiles stay cache-sized");
+        match BackendKind::Wgpu.device() {
+            Ok(gpu) => {
+                let side = forced.unwrap_or(GPU_TILE_SIDE).min(n);
+                assert_eq!(PairTiles::for_device(n, &gpu).block(), side, "wgpu, n = {n}");
+            }
+            Err(reason) => {
+                if std::env::var_os("PARVI_REQUIRE_WGPU").is_some() {
+                    panic!("PARVI_REQUIRE_WGPU is set but wgpu is unavailable: {reason}");
+                }
+                eprintln!("SKIPPED the wgpu part of tiles_follow_the_device: {reason}");
+            }
+        }
     }
 }
 

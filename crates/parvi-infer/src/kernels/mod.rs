@@ -17,9 +17,9 @@ pub use moment::{MomentMatching, linear_direction, linear_stein_kernel};
 pub(crate) use multi::validate_scales;
 pub use multi::{BaseProfiles, MultiKernel, validate_bandwidths};
 pub use pairs::{
-    DENSE_MAX_POINTS, EXACT_MEDIAN_MAX_POINTS, FUSED_MAX_DIM, MEDIAN_SAMPLE_MIN_PAIRS, MEDIAN_SAMPLE_PAIRS, PairTiles,
-    TILE_BUDGET_BYTES, median_is_exact, median_sample_pairs, pair_median_sq, sampled_pair_median_sq,
-    svgd_direction_tiled,
+    DENSE_MAX_POINTS, EXACT_MEDIAN_MAX_POINTS, FUSED_MAX_DIM, GPU_TILE_SIDE, MEDIAN_SAMPLE_MIN_PAIRS,
+    MEDIAN_SAMPLE_PAIRS, PairTiles, TILE_BUDGET_BYTES, median_is_exact, median_sample_pairs, pair_median_sq,
+    sampled_pair_median_sq, svgd_direction_tiled,
 };
 pub use radial::{Bandwidth, Imq, Kernel, KernelConfig, RadialEval, Rbf, median_bandwidth, median_h2, median_rule_h2};
 pub use rff::{FourierStein, RandomFourierFeatures};

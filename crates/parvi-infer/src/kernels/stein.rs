@@ -91,7 +91,7 @@ pub fn svgd_direction(kernel: &dyn Kernel, x: Tensor<2>, s: Tensor<2>) -> Tensor
         return phi;
     }
     if n > DENSE_MAX_POINTS
-        && let Some(phi) = svgd_direction_tiled(kernel, x.clone(), s.clone(), &PairTiles::for_budget(n))
+        && let Some(phi) = svgd_direction_tiled(kernel, x.clone(), s.clone(), &PairTiles::for_device(n, &x.device()))
     {
         return phi;
     }
