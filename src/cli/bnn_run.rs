@@ -728,14 +728,25 @@ pub const MIN_TRAIN_LL_GAIN: f64 = 0.01;
 /// signature of particles collapsed to the flat predictor (a sampled weight precision that
 /// shrinks every weight to zero), which no convergence diagnostic sees: the collapsed set is
 /// at rest.
+///
+/// It reads at most [`FLAT_CHECK_ROWS`] training rows, evenly spaced: on protein's 41,000 rows
+/// with BNN(200,200) and 100 particles the whole set cost 15 s and 3.3 GB of activations, three
+/// times the fit. A flat predictor's `R^2` is at most 0 on any subset (`1 - SSE/SST` with a
+/// constant prediction), so the subset cannot hide one.
 pub fn flat_predictor_warning(model: &Bnn, particles: &Particles, data: &Prepared, device: &Device) -> Option<String> {
-    let rows = data.y_train.len();
-    if rows < 2 || particles.is_empty() {
+    let all = data.y_train.len();
+    if all < 2 || particles.is_empty() {
         return None;
     }
     let n = particles.len();
     let weights = particle_weights(particles).unwrap_or_else(|| vec![1.0 / n as f64; n]);
-    let x = matrix_from_vec(data.x_train.iter().map(|&v| v as f32).collect(), rows, data.features, device);
+    let picked = spaced_rows(all, FLAT_CHECK_ROWS);
+    let rows = picked.len();
+    let f = data.features;
+    let x_rows: Vec<f32> =
+        picked.iter().flat_map(|&r| data.x_train[r * f..(r + 1) * f].iter().map(|&v| v as f32)).collect();
+    let y_rows: Vec<f64> = picked.iter().map(|&r| data.y_train[r]).collect();
+    let x = matrix_from_vec(x_rows, rows, f, device);
     let advice = "its particles may have collapsed to the flat predictor (a weight precision lambda large enough \
                   to shrink every weight to zero); try a smaller `--lr`, a smaller fixed `--lambda`, or check that the features \
                   carry signal";
@@ -743,7 +754,7 @@ pub fn flat_predictor_warning(model: &Bnn, particles: &Particles, data: &Prepare
         BnnPrediction::Regression { mean, .. } => {
             // The mixture's mean prediction per row: sum_i w_i f_i(x), on the normalised scale.
             let pred = to_vec_f32(&tensor_1d(&weights, device).reshape([1, n]).matmul(mean));
-            let y = &data.y_train;
+            let y = &y_rows;
             let y_bar = y.iter().sum::<f64>() / rows as f64;
             let resid: f64 = y.iter().zip(&pred).map(|(yr, p)| (yr - f64::from(*p)).powi(2)).sum();
             let total: f64 = y.iter().map(|yr| (yr - y_bar).powi(2)).sum();
@@ -757,7 +768,7 @@ pub fn flat_predictor_warning(model: &Bnn, particles: &Particles, data: &Prepare
         }
         BnnPrediction::Classification { probabilities } => {
             let classes = probabilities.dims()[2];
-            let labels: Vec<usize> = data.y_train.iter().map(|&y| y as usize).collect();
+            let labels: Vec<usize> = y_rows.iter().map(|&y| y as usize).collect();
             let ll = ClassCalibration::score(
                 &ClassPredictive::from_particles(probabilities, tensor_1d(&weights, device)),
                 &labels,
@@ -780,6 +791,16 @@ pub fn flat_predictor_warning(model: &Bnn, particles: &Particles, data: &Prepare
             })
         }
     }
+}
+
+/// The most training rows [`flat_predictor_warning`] reads.
+pub const FLAT_CHECK_ROWS: usize = 2048;
+
+/// At most `limit` of the indices `0..count`, evenly spaced from 0 (all of them when
+/// `count <= limit`).
+fn spaced_rows(count: usize, limit: usize) -> Vec<usize> {
+    let taken = count.min(limit);
+    (0..taken).map(|i| i * count / taken.max(1)).collect()
 }
 
 /// The weights as a tensor, uniform when `None`.
@@ -867,5 +888,22 @@ impl EpistemicSd {
             None
         };
         Some(Self { test, outside })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::spaced_rows;
+
+    #[test]
+    fn spaced_rows_take_every_row_up_to_the_limit_and_span_the_rest() {
+        assert_eq!(spaced_rows(5, 8), vec![0, 1, 2, 3, 4]);
+        assert_eq!(spaced_rows(0, 8), Vec::<usize>::new());
+        let picked = spaced_rows(41_157, 2048);
+        assert_eq!(picked.len(), 2048);
+        assert!(picked.windows(2).all(|w| w[0] < w[1]), "distinct and in order");
+        assert_eq!(picked[0], 0);
+        // Evenly spaced: the last pick is within one stride of the end.
+        assert!(*picked.last().unwrap() >= 41_157 - 41_157 / 2048 - 1);
     }
 }
