@@ -1,7 +1,8 @@
 //! Function-space particles (Wang, Ren, Zhu & Zhang 2019, "Function Space Particle Optimization
 //! for Bayesian Neural Networks", ICLR): the particles are compared by what they compute, their
 //! outputs `f_i = f(X; theta_i)` at a set of measurement points `X` (some of the minibatch's rows
-//! plus points drawn around and beyond the data), not by their weights, whose permutation and
+//! plus points drawn around and beyond the data, and optionally points between two of the
+//! minibatch's rows, in the data's gaps), not by their weights, whose permutation and
 //! scaling symmetries make weight-space kernels see distinct networks where there is one
 //! function and one function where there are many.
 //!
