@@ -86,24 +86,51 @@ pub fn mixture_dev_moments(
 /// mixture then adds again as its spread: the epistemic variance counted twice. With one
 /// particle the two rules agree. `None` without development rows.
 pub fn mixture_precision(dev: &Predictions<'_>, weights: Option<&[f64]>, y_mean: f64, y_std: f64) -> Option<f64> {
+    mixture_precision_map(dev, weights, y_mean, y_std, None)
+}
+
+/// [`mixture_precision`] with a prior on the shared precision: the maximum of the mixture's
+/// development log-likelihood (summed over rows) plus `log Gamma(gamma_n | a0, b0)`, with
+/// `gamma_n = gamma * y_std^2` the precision on the normalised scale the model's own prior is
+/// written on (`prior = Some((a0, b0))`). The likelihood alone, like a kernel density's
+/// bandwidth chosen by likelihood, can reward a noise smaller than the particles' spread on a
+/// few development rows; the prior's rate `b0` adds `2 b0 y_std^2 / rows` to the optimum's
+/// variance (for one particle), which matters only when the rows are few or the noise is small
+/// against the target's scale.
+pub fn mixture_precision_map(
+    dev: &Predictions<'_>,
+    weights: Option<&[f64]>,
+    y_mean: f64,
+    y_std: f64,
+    prior: Option<(f64, f64)>,
+) -> Option<f64> {
     let (mse, _) = mixture_dev_moments(dev, weights, y_mean, y_std)?;
     let n = dev.particles;
-    let ll = |log_sd: f64| {
+    let rows = dev.targets.len() as f64;
+    let objective = |log_sd: f64| {
         let precision = (-2.0 * log_sd).exp();
-        score_weighted(dev, &vec![precision; n], weights, y_mean, y_std).ll
+        let ll = score_weighted(dev, &vec![precision; n], weights, y_mean, y_std).ll * rows;
+        match prior {
+            None => ll,
+            Some((a0, b0)) => {
+                let g = precision * y_std * y_std;
+                ll + (a0 - 1.0) * g.ln() - b0 * g
+            }
+        }
     };
     // The optimum lies below the mean's RMSE (the single-Gaussian answer, where the particles'
-    // spread is zero): a coarse grid over four decades down from 10 RMSE, then golden section
-    // in the grid cell around the best point.
-    let top = (mse.max(1e-300).sqrt() * 10.0).ln();
+    // spread is zero), widened by what the prior adds: a coarse grid over four decades down
+    // from 10 times that, then golden section in the grid cell around the best point.
+    let floor = prior.map_or(0.0, |(_, b0)| 2.0 * b0 * y_std * y_std / rows);
+    let top = ((mse + floor).max(1e-300).sqrt() * 10.0).ln();
     let step = 10f64.ln() / 8.0;
     let grid: Vec<f64> = (0..=32).map(|k| top - step * f64::from(k)).collect();
-    let best = (0..grid.len()).max_by(|&a, &b| ll(grid[a]).total_cmp(&ll(grid[b])))?;
+    let best = (0..grid.len()).max_by(|&a, &b| objective(grid[a]).total_cmp(&objective(grid[b])))?;
     let (mut a, mut b) = (grid[(best + 1).min(grid.len() - 1)], grid[best.saturating_sub(1)]);
     let g = 0.5 * (5f64.sqrt() - 1.0);
     for _ in 0..40 {
         let (c, d) = (b - g * (b - a), a + g * (b - a));
-        if ll(c) > ll(d) { b = d } else { a = c }
+        if objective(c) > objective(d) { b = d } else { a = c }
     }
     Some((-(a + b)).exp())
 }
@@ -268,6 +295,26 @@ mod tests {
         let lw = choose_precisions(&[100.0], 0.0, 1.0, Some(&dev))[0];
         let mixture = mixture_precision(&dev, None, 0.0, 1.0).unwrap();
         assert!((mixture / lw - 1.0).abs() < 1e-6, "{mixture} against {lw}");
+    }
+
+    /// One particle: the log-posterior `R/2 ln g - g SSE/2 + (a0 - 1) ln(g s^2) - b0 g s^2` peaks at
+    /// `1/g = (SSE + 2 b0 s^2) / (R + 2 (a0 - 1))`, exactly; without a prior it is the mixture rule.
+    #[test]
+    fn mixture_map_with_one_particle_is_the_gamma_posteriors_mode() {
+        let values = [1.0f32, 2.5, -0.5, 0.3];
+        let targets = [0.0, 2.0, 0.5, 0.9];
+        let dev = Predictions { values: &values, particles: 1, targets: &targets };
+        let (y_mean, y_std) = (3.0, 2.5);
+        let sse: f64 = values.iter().zip(&targets).map(|(&v, &y)| (f64::from(v) * y_std + y_mean - y).powi(2)).sum();
+        let rows = targets.len() as f64;
+        for (a0, b0) in [(1.0, 0.1), (2.0, 0.5), (1.0, 3.0)] {
+            let got = mixture_precision_map(&dev, None, y_mean, y_std, Some((a0, b0))).unwrap();
+            let want = (rows + 2.0 * (a0 - 1.0)) / (sse + 2.0 * b0 * y_std * y_std);
+            assert!((got / want - 1.0).abs() < 1e-6, "a0 {a0} b0 {b0}: {got} against {want}");
+        }
+        let none = mixture_precision_map(&dev, None, y_mean, y_std, None).unwrap();
+        assert_eq!(none, mixture_precision(&dev, None, y_mean, y_std).unwrap());
+        assert!((none * sse / rows - 1.0).abs() < 1e-6, "{none} against {}", rows / sse);
     }
 
     #[test]

@@ -6,9 +6,10 @@ mod common;
 
 use common::{flex, host};
 use parvi_infer::engines::{
-    FunctionSpaceConfig, PriorSpace, Repulsion, function_prior_score, function_space_direction, gaussian_repulsion,
+    FunctionSpaceConfig, PairMixing, PriorSpace, Repulsion, function_prior_score, function_space_direction,
+    gaussian_repulsion, pair_points,
 };
-use parvi_infer::{AdapterConfig, EngineSpec, KernelConfig, MethodConfig, Particles, RunConfig, Runner};
+use parvi_infer::{AdapterConfig, EngineRng, EngineSpec, KernelConfig, MethodConfig, Particles, RunConfig, Runner};
 use parvi_model::density::FunctionMap;
 use parvi_model::layers::Activation;
 use parvi_model::tensor_ops::matrix_from_vec;
@@ -238,6 +239,104 @@ fn function_space_particles_run_on_a_bnn() {
         // The kernel density reports its bandwidth; the Gaussian has none.
         assert_eq!(e.report()["last_h2"].as_f64().is_some_and(|h2| h2 > 0.0), repulsion == Repulsion::Kde);
     }
+}
+
+/// Six training rows in 2-D, feature 0 near 0 (three rows) or near 1 (three rows): no row in the
+/// middle third of feature 0, and every coordinate distinct so that each pair's segment is its own.
+const GAP_ROWS: [[f64; 2]; 6] = [[0.0, 0.3], [0.1, -1.7], [0.05, 2.9], [1.0, 0.8], [0.9, -2.6], [0.95, 1.9]];
+
+/// The pairs `(i, j, r_i, r_j)`, `i > j`, of `GAP_ROWS`.
+fn gap_pairs() -> impl Iterator<Item = (usize, usize, [f64; 2], [f64; 2])> {
+    GAP_ROWS.iter().enumerate().flat_map(|(i, &a)| GAP_ROWS[..i].iter().enumerate().map(move |(j, &b)| (i, j, a, b)))
+}
+
+/// For each pair `(i, j)` of `GAP_ROWS`: the position of `p` along `j -> i` by each feature
+/// (`p_k = r_jk + t_k (r_ik - r_jk)`).
+fn positions(p: [f64; 2]) -> Vec<(usize, usize, [f64; 2])> {
+    gap_pairs().map(|(i, j, a, b)| (i, j, [0, 1].map(|k| (p[k] - b[k]) / (a[k] - b[k])))).collect()
+}
+
+/// Pair measurement points mix two distinct training rows: with one `lambda` per point each
+/// lies on a pair's segment (both features give the same position along it, within f32
+/// rounding), at a position uniform on `[0, 1]`, every pair drawn equally often; with one
+/// `lambda` per feature inside a pair's box. Either way a pair across the gap with feature 0 at
+/// `a` and `b` puts its point in the middle third `(1/3, 2/3)` with probability
+/// `(1/3) / |b - a|`, and the fraction of points there is that averaged over the 15 pairs
+/// (0.2 if the sides were exactly 0 and 1), where no training row is. 4000 points from seed 7;
+/// tolerances 4.5 standard errors of the binomial and uniform means.
+#[test]
+fn pair_points_lie_between_two_training_rows_and_fill_the_gap() {
+    let device = flex();
+    let rows: Vec<f32> = GAP_ROWS.iter().flatten().map(|&v| v as f32).collect();
+    let rows = matrix_from_vec(rows, 6, 2, &device);
+    let count = 4000;
+    let expect_gap: f64 = gap_pairs()
+        .filter(|(_, _, a, b)| (a[0] < 0.5) != (b[0] < 0.5))
+        .map(|(_, _, a, b)| (1.0 / 3.0) / (a[0] - b[0]).abs() / 15.0)
+        .sum();
+    for mixing in [PairMixing::Row, PairMixing::Feature] {
+        let mut rng = EngineRng::new(7);
+        let points = host(&pair_points(rows.clone(), count, mixing, &mut rng).unwrap());
+        assert_eq!(points.len(), count * 2);
+        let (mut in_gap, mut t_sum, mut pair_hits) = (0usize, 0.0, vec![0usize; 36]);
+        for p in points.chunks(2) {
+            let p = [p[0] as f64, p[1] as f64];
+            in_gap += usize::from(p[0] > 1.0 / 3.0 && p[0] < 2.0 / 3.0);
+            let within = |t: f64| (-1e-4..=1.0 + 1e-4).contains(&t);
+            let found = positions(p).into_iter().filter(|(_, _, t)| within(t[0]) && within(t[1]));
+            if mixing == PairMixing::Row {
+                // On the segment: the one pair whose two positions agree (the nearest if two
+                // segments cross near the point).
+                let best = found.min_by(|x, y| (x.2[0] - x.2[1]).abs().total_cmp(&(y.2[0] - y.2[1]).abs()));
+                let (i, j, t) = best.unwrap_or_else(|| panic!("{p:?} lies between no two rows"));
+                assert!((t[0] - t[1]).abs() < 1e-4, "{p:?} is off every segment (nearest {i}, {j}: {t:?})");
+                t_sum += t[1];
+                pair_hits[i * 6 + j] += 1;
+            } else {
+                assert!(found.count() > 0, "{p:?} lies in no pair's box");
+            }
+        }
+        let frac = in_gap as f64 / count as f64;
+        let se = (expect_gap * (1.0 - expect_gap) / count as f64).sqrt();
+        assert!((frac - expect_gap).abs() < 4.5 * se, "{mixing:?}: {frac} of the points in the gap, want {expect_gap}");
+        if mixing == PairMixing::Row {
+            let t_mean = t_sum / count as f64;
+            let se = (1.0 / 12.0 / count as f64).sqrt();
+            assert!((t_mean - 0.5).abs() < 4.5 * se, "mean position {t_mean} along the segments");
+            let expect = count as f64 / 15.0;
+            let se = (expect * 14.0 / 15.0).sqrt();
+            for (k, &h) in pair_hits.iter().enumerate().filter(|(k, _)| k / 6 > k % 6) {
+                assert!((h as f64 - expect).abs() < 4.5 * se, "pair {k}: {h} points, want {expect}");
+            }
+        }
+    }
+    // One row has no pair: the error names the option.
+    let mut rng = EngineRng::new(7);
+    let err = pair_points(rows.narrow(0, 0, 1), 3, PairMixing::Row, &mut rng).err().unwrap();
+    assert!(err.to_string().contains("pair-points"), "{err}");
+}
+
+/// Through the engine: pair points with minibatches of 2 rows run and stay finite; with
+/// minibatches of 1 row the run stops with an error naming `pair-points`; with no points of
+/// any kind the config is refused.
+#[test]
+fn function_space_pair_points_run_and_check_the_minibatch() {
+    let device = flex();
+    let (bnn, _, theta) = tiny_bnn();
+    let run = |batch: usize| {
+        let config = FunctionSpaceConfig { extra_points: 0, pair_points: 5, ..FunctionSpaceConfig::default() };
+        let spec = EngineSpec::new(MethodConfig::Fpovi(config), KernelConfig::default(), AdapterConfig::sgd(0.01));
+        let mut e = spec.build().unwrap();
+        let start = Particles::from_rows(theta.iter().map(|&v| v as f32).collect(), 3, 11, &device).unwrap();
+        let config = RunConfig { batch_size: Some(batch), ..RunConfig::new(50, 3) };
+        Runner::new(e.as_mut(), &bnn, start, config).unwrap().run(&mut []).map(|out| host(&out.particles.positions))
+    };
+    assert!(run(2).unwrap().iter().all(|v| v.is_finite()));
+    let err = run(1).err().unwrap();
+    assert!(err.to_string().contains("pair-points"), "{err}");
+    let none = FunctionSpaceConfig { batch_points: 0, extra_points: 0, ..FunctionSpaceConfig::default() };
+    let spec = EngineSpec::new(MethodConfig::Fpovi(none), KernelConfig::default(), AdapterConfig::default());
+    assert!(spec.build().err().unwrap().to_string().contains("pair-points"));
 }
 
 /// `m x m` sample covariance (divisor `rows - 1`) and mean of the rows of `f` `[rows, m]`, in f64.

@@ -1,7 +1,8 @@
 //! Function-space particles (Wang, Ren, Zhu & Zhang 2019, "Function Space Particle Optimization
 //! for Bayesian Neural Networks", ICLR): the particles are compared by what they compute, their
 //! outputs `f_i = f(X; theta_i)` at a set of measurement points `X` (some of the minibatch's rows
-//! plus points drawn around and beyond the data), not by their weights, whose permutation and
+//! plus points drawn around and beyond the data, and optionally points between two of the
+//! minibatch's rows, in the data's gaps), not by their weights, whose permutation and
 //! scaling symmetries make weight-space kernels see distinct networks where there is one
 //! function and one function where there are many.
 //!
@@ -45,7 +46,7 @@
 //! spread 50 or 100 particles without bound (docs/experiments.md). The prior's outputs cost one
 //! more forward of the `prior-draws` networks at the measurement points, without a backward.
 
-use burn::tensor::Tensor;
+use burn::tensor::{Int, Tensor, TensorData};
 use parvi_model::density::FunctionMap;
 use parvi_model::linalg::{Triangle, cholesky, triangular_solve};
 use parvi_model::tensor_ops::{matrix_from_vec, median_on_host, pairwise_sq_dists};
@@ -69,6 +70,14 @@ pub struct FunctionSpaceConfig {
     /// The box of the extra points: per feature, the training range's centre plus or minus
     /// `spread` times its half-width (1.5: half as far again beyond the data on each side).
     pub spread: f64,
+    /// Measurement points on segments between two of the minibatch's rows,
+    /// `lambda a + (1 - lambda) b` with `lambda ~ U(0, 1)`: they lie in the span of the data and
+    /// fill its gaps (a pair on either side of a gap puts its point in it; Foong et al. 2019's
+    /// in-between uncertainty), where the box's points can land off a discrete feature's grid.
+    pub pair_points: usize,
+    /// How a pair point mixes its two rows: one `lambda` for the whole row (on the segment) or
+    /// one per feature (in the box the two rows span).
+    pub pair_mixing: PairMixing,
     /// How `grad_f log q(f)`, the particles' own density in function space, is estimated.
     pub repulsion: Repulsion,
     /// `gaussian`: the ridge `delta` added to the particles' covariance, relative to its mean
@@ -90,6 +99,16 @@ pub struct FunctionSpaceConfig {
     pub prior_ridge: f64,
     /// `prior = "function"`: the seed of the prior's networks.
     pub prior_seed: u64,
+}
+
+/// How a pair measurement point mixes its two training rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PairMixing {
+    /// `lambda a + (1 - lambda) b`, one `lambda` for every feature: a point on the segment.
+    Row,
+    /// One `lambda` per feature: a point in the axis-aligned box with corners `a` and `b`.
+    Feature,
 }
 
 /// Where `fpovi`'s prior acts.
@@ -123,6 +142,8 @@ impl Default for FunctionSpaceConfig {
             batch_points: 10,
             extra_points: 10,
             spread: 1.5,
+            pair_points: 0,
+            pair_mixing: PairMixing::Row,
             repulsion: Repulsion::Gaussian,
             ridge: 0.3,
             prior: PriorSpace::Weights,
@@ -153,8 +174,8 @@ impl FunctionSpaceConfig {
                 format!("a covariance needs at least 2 prior networks, got {}", self.prior_draws),
             ));
         }
-        if self.batch_points + self.extra_points == 0 {
-            return Err(InferError::setting("extra-points", "batch-points + extra-points must be >= 1"));
+        if self.batch_points + self.extra_points + self.pair_points == 0 {
+            return Err(InferError::setting("extra-points", "batch-points + extra-points + pair-points must be >= 1"));
         }
         Ok(())
     }
@@ -260,31 +281,74 @@ pub fn function_prior_score(f: Tensor<2>, prior: Tensor<2>, ridge: f64) -> Resul
 
 /// The measurement points `[m, inputs]`: the first `batch_points` rows of the minibatch's
 /// inputs, then `extra_points` drawn uniformly (from `rng`) in the training inputs' box widened
-/// `spread` times about its centre.
+/// `spread` times about its centre, then `pair_points` mixing two of the minibatch's rows
+/// ([`pair_points`]).
 pub fn measurement_points(
     map: &dyn FunctionMap,
     batch: Option<&Minibatch>,
     config: &FunctionSpaceConfig,
     rng: &mut EngineRng,
-) -> Tensor<2> {
+) -> Result<Tensor<2>, InferError> {
     let rows = map.batch_inputs(batch);
     let device = rows.device();
     let taken = config.batch_points.min(rows.dims()[0]);
     let d = map.inputs();
     let range = map.input_range();
-    let mut extra = Vec::with_capacity(config.extra_points * d);
-    for _ in 0..config.extra_points {
-        for &(lo, hi) in &range {
-            let (centre, half) = (0.5 * (lo + hi), 0.5 * (hi - lo) * config.spread);
-            extra.push((centre + half * (2.0 * rng.uniform() - 1.0)) as f32);
+    let mut parts = Vec::with_capacity(3);
+    if taken > 0 {
+        parts.push(rows.clone().narrow(0, 0, taken));
+    }
+    if config.extra_points > 0 {
+        let mut extra = Vec::with_capacity(config.extra_points * d);
+        for _ in 0..config.extra_points {
+            for &(lo, hi) in &range {
+                let (centre, half) = (0.5 * (lo + hi), 0.5 * (hi - lo) * config.spread);
+                extra.push((centre + half * (2.0 * rng.uniform() - 1.0)) as f32);
+            }
         }
+        parts.push(matrix_from_vec(extra, config.extra_points, d, &device));
     }
-    let extra = matrix_from_vec(extra, config.extra_points, d, &device);
-    match (taken, config.extra_points) {
-        (0, _) => extra,
-        (_, 0) => rows.narrow(0, 0, taken),
-        _ => Tensor::cat(vec![rows.narrow(0, 0, taken), extra], 0),
+    // Drawn after the box's points, so that `pair-points = 0` leaves the stream as it was.
+    if config.pair_points > 0 {
+        parts.push(pair_points(rows, config.pair_points, config.pair_mixing, rng)?);
     }
+    Ok(Tensor::cat(parts, 0))
+}
+
+/// `count` points mixing two distinct rows `a`, `b` of `rows` `[B, inputs]` (drawn uniformly
+/// from `rng`): `lambda a + (1 - lambda) b` with `lambda ~ U(0, 1)`, one per point (`Row`) or
+/// one per point and feature (`Feature`). Errors when `rows` has fewer than two rows.
+pub fn pair_points(
+    rows: Tensor<2>,
+    count: usize,
+    mixing: PairMixing,
+    rng: &mut EngineRng,
+) -> Result<Tensor<2>, InferError> {
+    let [b, d] = rows.dims();
+    if b < 2 {
+        return Err(InferError::setting(
+            "pair-points",
+            format!("a pair point mixes two of the minibatch's rows, and the minibatch has {b}"),
+        ));
+    }
+    let device = rows.device();
+    let (mut first, mut second) = (Vec::with_capacity(count), Vec::with_capacity(count));
+    for _ in 0..count {
+        let pick = rng.choose(b, 2);
+        first.push(pick[0] as i64);
+        second.push(pick[1] as i64);
+    }
+    let cols = match mixing {
+        PairMixing::Row => 1,
+        PairMixing::Feature => d,
+    };
+    let lambda: Vec<f32> = (0..count * cols).map(|_| rng.uniform() as f32).collect();
+    let lambda = matrix_from_vec(lambda, count, cols, &device).cast(rows.dtype());
+    let index = |v: Vec<i64>| Tensor::<1, Int>::from_data(TensorData::new(v, [count]), &device);
+    let a = rows.clone().select(0, index(first));
+    let bb = rows.select(0, index(second));
+    // b + lambda (a - b): the broadcast over features when one lambda serves the row.
+    Ok(bb.clone() + (a - bb) * lambda)
 }
 
 /// The function-space direction at particles `x` `[n, dim]` with measurement points `points`:
@@ -366,7 +430,7 @@ impl Direction for FunctionSpace {
             })?;
             self.prior_draws = Some(draws.to_device(&x.device()));
         }
-        let points = measurement_points(map, ctx.batch, &self.config, ctx.rng);
+        let points = measurement_points(map, ctx.batch, &self.config, ctx.rng)?;
         let step =
             function_space_direction(ctx.model, map, x, ctx.batch, points, &self.config, self.prior_draws.as_ref())?;
         self.last_h2 = step.h2;
@@ -390,6 +454,11 @@ impl Direction for FunctionSpace {
             "batch_points": self.config.batch_points,
             "extra_points": self.config.extra_points,
             "spread": self.config.spread,
+            "pair_points": self.config.pair_points,
+            "pair_mixing": match self.config.pair_mixing {
+                PairMixing::Row => "one lambda per pair (on the segment)",
+                PairMixing::Feature => "one lambda per feature",
+            },
             "last_h2": self.last_h2,
         })
     }

@@ -15,8 +15,8 @@ mod svgd;
 
 pub use ensemble::{Ensemble, EnsembleConfig};
 pub use function_space::{
-    FunctionSpace, FunctionSpaceConfig, FunctionSpaceStep, PriorSpace, Repulsion, function_prior_score,
-    function_space_direction, gaussian_repulsion, kde_repulsion, measurement_points,
+    FunctionSpace, FunctionSpaceConfig, FunctionSpaceStep, PairMixing, PriorSpace, Repulsion, function_prior_score,
+    function_space_direction, gaussian_repulsion, kde_repulsion, measurement_points, pair_points,
 };
 pub use gradient_free::*;
 pub use greedy::*;
