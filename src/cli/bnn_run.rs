@@ -78,7 +78,8 @@ pub struct ProtocolArgs {
     /// (docs/experiments.md, issue 30: coverage nearer 0.9, but lower log-likelihoods on the
     /// gap splits of concrete and energy and on yacht's small development sets); `mixture-map`,
     /// the same with the model's own Gamma prior on the noise precision (no collapse on small
-    /// development sets, but wider on yacht).
+    /// development sets, but wider on yacht); `sampled`, each particle's own sampled noise
+    /// precision, no development rows (the posterior's predictive: the rule for NUTS's draws).
     #[arg(long, value_enum, default_value_t = NoiseRule::PerParticle)]
     pub noise: NoiseRule,
 }
@@ -248,6 +249,35 @@ pub enum NoiseRule {
     /// maximum a posteriori noise given the development rows, which cannot collapse below
     /// what the prior allows on a few development rows.
     MixtureMap,
+    /// Each particle's own sampled noise precision (the model's `log gamma` coordinate), the
+    /// development rows unused: for posterior draws (NUTS) the Bayesian predictive itself, where
+    /// the rules above re-fit the noise of every draw.
+    Sampled,
+}
+
+/// The predictive's noise precision per particle (original scale) under `rule`: `gamma` the
+/// particles' sampled precisions (normalised scale), `dev` their development predictions.
+/// Without development rows every rule keeps the sampled precisions.
+pub fn noise_precisions(
+    rule: NoiseRule,
+    gamma: &[f64],
+    dev: &Predictions<'_>,
+    weights: Option<&[f64]>,
+    y_mean: f64,
+    y_std: f64,
+) -> Vec<f64> {
+    match rule {
+        _ if dev.targets.is_empty() => choose_precisions(gamma, y_mean, y_std, None),
+        NoiseRule::Sampled => choose_precisions(gamma, y_mean, y_std, None),
+        NoiseRule::PerParticle => choose_precisions(gamma, y_mean, y_std, Some(dev)),
+        NoiseRule::Mixture | NoiseRule::MixtureMap => {
+            let prior = (rule == NoiseRule::MixtureMap).then_some((parvi_models::bnn::A0, parvi_models::bnn::B0));
+            match mixture_precision_map(dev, weights, y_mean, y_std, prior) {
+                Some(precision) => vec![precision; gamma.len()],
+                None => choose_precisions(gamma, y_mean, y_std, None),
+            }
+        }
+    }
 }
 
 /// Checkpointing of one split's run (`parvi bnn --checkpoint-every K --resume FILE`).
@@ -580,18 +610,7 @@ fn score_fit(
         let (dev_pred, dev_y) = (predict(&data.x_dev), targets(&data.y_dev));
         let dev = Predictions { values: &dev_pred, particles: n, targets: &dev_y };
         let (y_mean, y_std) = (data.norm.y_mean, data.norm.y_std);
-        let precisions = match run.noise {
-            _ if dev_y.is_empty() => choose_precisions(&gamma, y_mean, y_std, None),
-            NoiseRule::PerParticle => choose_precisions(&gamma, y_mean, y_std, Some(&dev)),
-            NoiseRule::Mixture | NoiseRule::MixtureMap => {
-                let prior =
-                    (run.noise == NoiseRule::MixtureMap).then_some((parvi_models::bnn::A0, parvi_models::bnn::B0));
-                match mixture_precision_map(&dev, weights.as_deref(), y_mean, y_std, prior) {
-                    Some(precision) => vec![precision; n],
-                    None => choose_precisions(&gamma, y_mean, y_std, None),
-                }
-            }
-        };
+        let precisions = noise_precisions(run.noise, &gamma, &dev, weights.as_deref(), y_mean, y_std);
         let (test_pred, test_y) = (predict(&data.x_test), targets(&data.y_test));
         let test = Predictions { values: &test_pred, particles: n, targets: &test_y };
         // Weighted particle sets (MMD-FW) predict with their weights.
@@ -905,7 +924,27 @@ impl EpistemicSd {
 
 #[cfg(test)]
 mod tests {
-    use super::spaced_rows;
+    use super::{NoiseRule, Predictions, noise_precisions, spaced_rows};
+
+    /// `sampled` keeps the particles' own precisions even where development rows would move
+    /// them; `per-particle` refits each to its development `1 / MSE` (the likelihood's maximum).
+    #[test]
+    fn the_sampled_rule_keeps_each_particles_precision_and_per_particle_refits_it() {
+        // Two particles predicting 0.05 and 1 (normalised scale, y_std 2: 0.1 and 2 on the
+        // original one) on four rows whose targets are 0; both sampled precisions 100.
+        let (y_mean, y_std) = (0.0, 2.0);
+        let values = [0.05f32, 1.0, 0.05, 1.0, 0.05, 1.0, 0.05, 1.0];
+        let targets = [0.0; 4];
+        let dev = Predictions { values: &values, particles: 2, targets: &targets };
+        let gamma = [100.0, 100.0];
+        let sampled = noise_precisions(NoiseRule::Sampled, &gamma, &dev, None, y_mean, y_std);
+        assert_eq!(sampled, vec![25.0, 25.0], "gamma / y_std^2");
+        let refit = noise_precisions(NoiseRule::PerParticle, &gamma, &dev, None, y_mean, y_std);
+        // 1 / MSE: 1 / 0.1^2 and 1 / 2^2 (f32's 0.05 within 1e-6 relative).
+        assert!((refit[0] - 100.0).abs() < 1e-4 && (refit[1] - 0.25).abs() < 1e-9, "{refit:?}");
+        let none = Predictions { values: &[], particles: 2, targets: &[] };
+        assert_eq!(noise_precisions(NoiseRule::PerParticle, &gamma, &none, None, y_mean, y_std), sampled);
+    }
 
     #[test]
     fn spaced_rows_take_every_row_up_to_the_limit_and_span_the_rest() {
