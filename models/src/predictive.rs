@@ -257,6 +257,16 @@ impl ClassCalibration {
     }
 }
 
+/// Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7): an erf independent of the tensors', for the
+/// host references of this crate's tests.
+#[cfg(test)]
+pub(crate) fn erf_reference(x: f64) -> f64 {
+    let t = 1.0 / (1.0 + 0.327_591_1 * x.abs());
+    let poly =
+        t * (0.254_829_592 + t * (-0.284_496_736 + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+    (1.0 - poly * (-x * x).exp()).copysign(x)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -294,9 +304,9 @@ mod tests {
         // Row 1 is symmetric about 2: median 2; the 5% and 95% quantiles are symmetric.
         assert!((p.quantiles[1][1] - 2.0).abs() < 1e-4);
         assert!((p.quantiles[0][1] + p.quantiles[2][1] - 4.0).abs() < 1e-4);
-        // Row 0's quantiles solve the mixture CDF (host formula with libm's erf).
+        // Row 0's quantiles solve the mixture CDF (host formula with an independent erf).
         let cdf = |y: f64| {
-            let phi = |z: f64| 0.5 * (1.0 + libm_erf(z / std::f64::consts::SQRT_2));
+            let phi = |z: f64| 0.5 * (1.0 + erf_reference(z / std::f64::consts::SQRT_2));
             0.25 * phi((y + 1.0) / 0.5) + 0.75 * phi(y - 3.0)
         };
         for (level, q) in RegressionPredictive::LEVELS.iter().zip(&p.quantiles) {
@@ -316,14 +326,6 @@ mod tests {
         assert_eq!(m.mean_quantile(0.5), vec![2.0, 7.0]);
         assert_eq!(m.mean_quantile(0.55), vec![5.0, 7.0]);
         assert_eq!(m.mean_quantile(0.95), vec![9.0, 7.0]);
-    }
-
-    /// Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7): an independent erf for the test.
-    fn libm_erf(x: f64) -> f64 {
-        let t = 1.0 / (1.0 + 0.327_591_1 * x.abs());
-        let poly =
-            t * (0.254_829_592 + t * (-0.284_496_736 + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
-        (1.0 - poly * (-x * x).exp()).copysign(x)
     }
 
     /// Targets drawn from the predictive itself are covered 90% of the time and have a small

@@ -255,7 +255,7 @@ mod tests {
                 (0..n)
                     .map(|i| {
                         let z = (y - f64::from(test_v[r * n + i])) * precision[i].sqrt();
-                        0.5 * (1.0 + erf(z / std::f64::consts::SQRT_2))
+                        0.5 * (1.0 + crate::predictive::erf_reference(z / std::f64::consts::SQRT_2))
                     })
                     .sum::<f64>()
                     / n as f64
@@ -277,14 +277,6 @@ mod tests {
         assert!((0.88..0.94).contains(&mixed), "mixture rule's coverage {mixed}");
         let lw = coverage(&alone);
         assert!(lw > 0.97, "Liu & Wang's coverage {lw}");
-    }
-
-    /// The error function (Abramowitz & Stegun 7.1.26, absolute error below 1.5e-7).
-    fn erf(x: f64) -> f64 {
-        let t = 1.0 / (1.0 + 0.327_591_1 * x.abs());
-        let poly =
-            t * (0.254_829_592 + t * (-0.284_496_736 + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
-        (1.0 - poly * (-x * x).exp()).copysign(x)
     }
 
     #[test]
