@@ -71,15 +71,12 @@ pub struct ProtocolArgs {
     /// A method option, e.g. `--opt subset=10` (repeatable).
     #[arg(long = "opt", value_name = "KEY=VALUE")]
     pub opt: Vec<String>,
-    /// Regression: how the predictive's noise is chosen on the development rows:
-    /// `per-particle`, each particle's own as if it were alone (Liu & Wang's rule, the
-    /// reference protocol; it counts the particles' spread twice); `mixture`, one noise for
-    /// every particle that maximises the particle mixture's development log-likelihood
-    /// (docs/experiments.md, issue 30: coverage nearer 0.9, but lower log-likelihoods on the
-    /// gap splits of concrete and energy and on yacht's small development sets); `mixture-map`,
-    /// the same with the model's own Gamma prior on the noise precision (no collapse on small
-    /// development sets, but wider on yacht); `sampled`, each particle's own sampled noise
-    /// precision, no development rows (the posterior's predictive: the rule for NUTS's draws).
+    /// Regression: how the predictive's noise is chosen: `per-particle`, each particle's own
+    /// on the development rows as if it were alone (Liu & Wang's rule, the reference
+    /// protocol); `mixture`, one noise for every particle maximising the mixture's development
+    /// log-likelihood; `mixture-map`, the same with the model's Gamma prior on the precision;
+    /// `sampled`, each particle's own sampled precision (the posterior's predictive for NUTS's
+    /// draws). Measured against each other in docs/experiments.md.
     #[arg(long, value_enum, default_value_t = NoiseRule::PerParticle)]
     pub noise: NoiseRule,
 }
@@ -218,25 +215,16 @@ pub struct BnnProtocol {
     pub shard: ShardBy,
 }
 
-/// How a regression posterior's noise precision is chosen on the development rows (without
-/// development rows, each particle keeps its own sampled precision).
+/// How a regression posterior's noise precision is chosen (without development rows, each
+/// particle keeps its own sampled precision).
 ///
 /// Every method here predicts with the mixture of its particles, `mean_i N(f_i(x), 1/gamma_i)`,
 /// whose variance is the noise plus the particles' spread. Liu & Wang's rule picks each
-/// particle's noise as if that particle were the whole predictive: `1/gamma_i = MSE_i`, the
-/// particle's own squared error on the development rows, which already holds its distance from
-/// the others' mean, so the mixture counts the epistemic variance twice (three times, for
-/// particles that spread as the truth's uncertainty does: `MSE_i = 2 tau^2 + sigma^2`). The
-/// mixture rule asks Liu & Wang's question of the predictive that is scored: the one noise that
-/// maximises the mixture's development log-likelihood
-/// ([`parvi_models::regression::mixture_precision`]). With one particle, or particles that
-/// agree, the two coincide; the more the particles spread on the development rows, the more
-/// noise the mixture rule takes off. Liu & Wang's stays the default: on issue 30's gap splits
-/// the mixture rule gives the better calibration where every method over-covers (boston, wine,
-/// yacht) and far worse log-likelihoods where they under-cover (concrete, energy); on the
-/// standard splits its coverage is nearer 0.9 but its log-likelihood lower (on yacht, whose
-/// development sets are 28 rows, by a lot); and the published UCI table is measured with Liu &
-/// Wang's (docs/experiments.md).
+/// particle's noise as if that particle were the whole predictive (`1/gamma_i = MSE_i` on the
+/// development rows), and `MSE_i` already holds the particle's distance from the others, so the
+/// mixture counts the epistemic variance twice; the mixture rules ask the question of the
+/// predictive that is scored. Liu & Wang's stays the default: the published UCI table uses it,
+/// and the others do not score better on the whole (docs/experiments.md, issue 30).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum NoiseRule {
@@ -760,10 +748,9 @@ pub const MIN_TRAIN_LL_GAIN: f64 = 0.01;
 /// shrinks every weight to zero), which no convergence diagnostic sees: the collapsed set is
 /// at rest.
 ///
-/// It reads at most [`FLAT_CHECK_ROWS`] training rows, evenly spaced: on protein's 41,000 rows
-/// with BNN(200,200) and 100 particles the whole set cost 15 s and 3.3 GB of activations, three
-/// times the fit. A flat predictor's `R^2` is at most 0 on any subset (`1 - SSE/SST` with a
-/// constant prediction), so the subset cannot hide one.
+/// It reads at most [`FLAT_CHECK_ROWS`] training rows, evenly spaced: predicting every row of a
+/// large set costs more than the fit (docs/benchmarks.md). A flat predictor's `R^2` is at most
+/// 0 on any subset (`1 - SSE/SST` with a constant prediction), so the subset cannot hide one.
 pub fn flat_predictor_warning(model: &Bnn, particles: &Particles, data: &Prepared, device: &Device) -> Option<String> {
     let all = data.y_train.len();
     if all < 2 || particles.is_empty() {

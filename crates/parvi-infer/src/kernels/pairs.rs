@@ -123,11 +123,9 @@ impl PairTiles {
     }
 }
 
-/// The tile side on a GPU. A tile's cost there is mostly its operations' launches, so fewer,
-/// larger tiles win: 100,000 points in 2-D take 91 tiles `I <= J` of 8,192 instead of 19,306 of
-/// the CPU's 512, and on an H100 (wgpu, Vulkan) a step 620 ms instead of 8,810 (4,096: 1,122).
-/// 16,384 was faster still (375 ms) but holds several 1 GiB temporaries; 8,192's 256 MiB tiles
-/// fit a small GPU's memory too (docs/distributed.md, "SVGD on a GPU").
+/// The tile side on a GPU, where a tile's cost is mostly its operations' launches, so fewer,
+/// larger tiles win; 8,192 points (256 MiB a tile) still fit a small GPU's memory
+/// (measured on an H100 in docs/distributed.md, "SVGD on a GPU").
 pub const GPU_TILE_SIDE: usize = 8192;
 
 /// `PARVI_TILE_SIDE`, read once: the tile side in points, for tuning on other hardware. A value
