@@ -90,6 +90,7 @@ fn options() -> Result<Options> {
 }
 
 fn main() {
+    parvi::memory::keep_freed_memory();
     let o = match options() {
         Ok(o) => o,
         Err(e) => {

@@ -33,6 +33,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    parvi::memory::keep_freed_memory();
     let cli = Cli::parse();
     let result = match cli.command {
         None => bnn::run(bnn::BnnArgs::default()),
