@@ -3,10 +3,10 @@
 //! A step of a large model allocates and frees the same large buffers every time (activations,
 //! scores, the `[n, d]` direction). glibc's allocator hands freed memory above its thresholds
 //! back to the kernel (`munmap`, or trimming the heap's top), so every step faults the same
-//! pages in again and the kernel zeroes each one: on the protein BNN(200,200) with 100
-//! particles about 16,000 page faults a step, a fifth of the step's time (docs/benchmarks.md,
-//! "Freed memory kept"). [`keep_freed_memory`] keeps it in the process instead, as PyTorch's
-//! and JAX's caching allocators do: the price is a resident size that stays at its peak.
+//! pages in again and the kernel zeroes each one, a large part of a large model's step
+//! (docs/benchmarks.md, "Freed memory kept", measures it). [`keep_freed_memory`] keeps that
+//! memory in the process instead, as PyTorch's and JAX's caching allocators do: the price is a
+//! resident size that stays near its peak.
 
 /// What [`keep_freed_memory`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
