@@ -9,8 +9,7 @@ use common::*;
 use parvi_infer::kernels::{
     DENSE_MAX_POINTS, EXACT_MEDIAN_MAX_POINTS, GPU_TILE_SIDE, Imq, Kernel, MEDIAN_SAMPLE_MIN_PAIRS,
     MEDIAN_SAMPLE_PAIRS, MultiKernel, PairTiles, Rbf, median_is_exact, median_rule_h2, pair_median_sq,
-    sampled_pair_median_sq, svgd_direction, svgd_direction_dense, svgd_direction_rows, svgd_direction_share,
-    svgd_direction_tiled,
+    sampled_pair_median_sq, svgd_direction, svgd_direction_dense, svgd_direction_rows, svgd_direction_tiled,
 };
 use parvi_infer::{
     AdapterConfig, ControlFunctionalConfig, EngineRng, EngineSpec, MethodConfig, Particles, RandomSubset, Svgd,
@@ -141,36 +140,44 @@ fn row_blocks_make_up_the_whole_direction() {
     }
 }
 
-/// The shares of a particle-sharded step (each block of particles' part of every particle's
-/// direction) add up to the whole direction for uneven splits, below and above the dense limit,
-/// for each kernel that works in blocks; the median comes from the gathered blocks, here
-/// concatenated in rank order as the all-gather does (a median from one block alone gives
-/// another bandwidth and fails this).
+/// A particle-sharded step's rows (each rank's direction at its particles, from its block of
+/// distances and the gathered sources) make up the whole direction for even and uneven splits,
+/// below and above the dense limit, for each kernel that works in blocks (the RBF's one-product
+/// form and the IMQ's general one). The ranks are threads exchanging through shared slots; the
+/// median comes from the gathered blocks (a median from one block alone gives another
+/// bandwidth and fails this).
 #[test]
-fn particle_shares_add_up_to_the_whole_direction() {
+fn sharded_rows_make_up_the_whole_direction() {
+    use parvi_infer::core::shard::ParticleShard;
+    use parvi_infer::kernels::svgd_direction_at_shard;
     for n in [37, DENSE_MAX_POINTS + 44] {
-        let x = normal_points(n, 3, 5).mul_scalar(1.5).add_scalar(4.0);
-        let s = x.clone().neg().add_scalar(3.0) + normal_points(n, 3, 6).mul_scalar(0.3);
-        let kernels: [Box<dyn Kernel>; 3] =
-            [Box::new(Rbf::median()), Box::new(Rbf::fixed(0.7).unwrap()), Box::new(Imq::new(1.0, -0.5).unwrap())];
-        let cuts = [0, 1, n / 3, n / 3 + 7, n];
-        // Every block's squared distances, in rank order: what the all-gather hands each rank.
-        let mut gathered: Vec<f32> = Vec::new();
-        for w in cuts.windows(2) {
-            gathered.extend(host(&pairwise_sq_dists(x.clone().narrow(0, w[0], w[1] - w[0]), x.clone())));
-        }
-        let median = parvi_model::tensor_ops::median_by_selection(&mut gathered.clone()).unwrap();
-        for kernel in &kernels {
-            let whole = host(&svgd_direction(kernel.as_ref(), x.clone(), s.clone()));
-            let mut sum = vec![0f32; whole.len()];
-            for w in cuts.windows(2) {
-                let s_rows = s.clone().narrow(0, w[0], w[1] - w[0]);
-                let share = svgd_direction_share(kernel.as_ref(), x.clone(), s_rows, w[0]..w[1], &mut |_| median)
-                    .expect("rbf and imq work in blocks");
-                sum.iter_mut().zip(host(&share)).for_each(|(a, v)| *a += v);
+        let points = || {
+            let x = normal_points(n, 3, 5).mul_scalar(1.5).add_scalar(4.0);
+            let s = x.clone().neg().add_scalar(3.0) + normal_points(n, 3, 6).mul_scalar(0.3);
+            (x, s)
+        };
+        let kernels = || -> [Box<dyn Kernel>; 3] {
+            [Box::new(Rbf::median()), Box::new(Rbf::fixed(0.7).unwrap()), Box::new(Imq::new(1.0, -0.5).unwrap())]
+        };
+        for (which, kernel) in kernels().iter().enumerate() {
+            let (x, s) = points();
+            let whole = host(&svgd_direction(kernel.as_ref(), x, s));
+            for ranks in [1, 2, 3, 5] {
+                let rows = ThreadGroup::run(ranks, |group| {
+                    let (x, s) = points();
+                    let kernel = &kernels()[which];
+                    let shard = ParticleShard::new(n, &group).unwrap();
+                    let s_rows = s.slice([shard.rows()]);
+                    let phi = svgd_direction_at_shard(kernel.as_ref(), x, s_rows, &shard).unwrap();
+                    host(&phi.expect("rbf and imq work in blocks"))
+                });
+                let gap = relative_gap(&rows.concat(), &whole);
+                assert!(
+                    gap < 2e-5,
+                    "{} at n = {n}, {ranks} ranks: the rows differ from the whole by {gap}",
+                    kernel.describe()
+                );
             }
-            let gap = relative_gap(&sum, &whole);
-            assert!(gap < 2e-5, "{} at n = {n}: the shares differ from the whole by {gap}", kernel.describe());
         }
     }
 }

@@ -88,7 +88,7 @@ fn checkpoint_scalars_round_trip_bit_for_bit() {
     let start = Particles::gaussian(5, 2, 0.0, 1.0, &mut EngineRng::new(1), &device).unwrap();
     let mut engine = Svgd::new(Box::new(Rbf::median()), AdapterConfig::adagrad(0.05).build().unwrap());
     let runner = Runner::new(&mut engine, &model, start, config(1, None)).unwrap();
-    let mut ckpt = runner.checkpoint();
+    let mut ckpt = runner.checkpoint().unwrap();
     let awkward = [-1.0729132283643165e-38, -5.791054108416719e-286, 2.744938900923684e-298, -1.8218816927580057e294];
     for (i, v) in awkward.iter().enumerate() {
         ckpt.engine_state.scalars.insert(format!("probe.{i}"), *v);
@@ -177,4 +177,59 @@ fn the_sharded_step_in_one_process_is_the_plain_step() {
     let config = RunConfig { collective: Some(Arc::new(SingleProcess)), ..config(5, None) };
     let err = Runner::new(mmd_fw.as_mut(), &model, start, config).err().expect("mmd-fw cannot shard");
     assert!(err.to_string().contains("mmd-fw cannot run sharded yet"), "{err}");
+}
+
+/// `max |a - b|` over the spread (sd) of `reference`.
+fn gap_of_spread(reference: &[f32], other: &[f32]) -> f64 {
+    assert_eq!(reference.len(), other.len());
+    let mean = reference.iter().map(|&v| f64::from(v)).sum::<f64>() / reference.len() as f64;
+    let var = reference.iter().map(|&v| (f64::from(v) - mean).powi(2)).sum::<f64>() / reference.len() as f64;
+    let gap = reference.iter().zip(other).map(|(a, b)| f64::from((a - b).abs())).fold(0.0, f64::max);
+    gap / var.sqrt()
+}
+
+/// A run with the particles shared among three in-process ranks (uneven shards of 31), where
+/// each rank steps its particles with its own rows of AdaGrad's history, gives one process's
+/// particles to float rounding; its checkpoint holds the whole history, gathered from the
+/// ranks (a rank's rows alone would not load), and resumes in one process to the same end.
+#[test]
+fn a_particle_sharded_run_checkpoints_the_whole_step_size_state() {
+    use std::sync::Arc;
+    let device = flex();
+    let engine = || Svgd::new(Box::new(Rbf::median()), AdapterConfig::adagrad(0.05).build().unwrap());
+    let start = || Particles::gaussian(31, 2, 0.0, 1.0, &mut EngineRng::new(1), &flex()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (whole_path, shared_path) = (dir.path().join("whole.json"), dir.path().join("shared.json"));
+
+    let model = NormalMean::new(&device);
+    let mut one = engine();
+    let whole = Runner::new(&mut one, &model, start(), config(60, None)).unwrap().run(&mut []).unwrap();
+    let mut one = engine();
+    let policy = CheckpointPolicy { path: whole_path.clone(), every: 30 };
+    Runner::new(&mut one, &model, start(), config(30, Some(policy))).unwrap().run(&mut []).unwrap();
+
+    let ends = ThreadGroup::run(3, |group| {
+        let model = NormalMean::new(&flex());
+        let mut engine = engine();
+        let policy = CheckpointPolicy { path: shared_path.clone(), every: 30 };
+        let config = RunConfig { collective: Some(Arc::new(group)), ..config(30, Some(policy)) };
+        let half = Runner::new(&mut engine, &model, start(), config).unwrap().run(&mut []).unwrap();
+        host(&half.particles.positions)
+    });
+    assert!(ends.windows(2).all(|w| w[0] == w[1]), "the ranks end with different particles");
+    let shared = Checkpoint::load(&shared_path).unwrap();
+    let at_30 = Checkpoint::load(&whole_path).unwrap();
+    assert_eq!(shared.step, 30);
+    let (hist, reference) = (&shared.engine_state.tensors["adapter.hist"], &at_30.engine_state.tensors["adapter.hist"]);
+    assert_eq!(hist.shape, vec![31, 2], "the checkpoint holds {:?} of the history", hist.shape);
+    let gap = gap_of_spread(&reference.values, &hist.values);
+    assert!(gap < 1e-4, "the gathered history differs from one process's by {gap} of its spread");
+    let gap = gap_of_spread(&at_30.particles.values, &shared.particles.values);
+    assert!(gap < 1e-4, "the shared run's particles differ from one process's by {gap} of their spread");
+
+    let mut resumed_engine = engine();
+    let resumed =
+        Runner::resume(&mut resumed_engine, &model, config(60, None), &shared, &device).unwrap().run(&mut []).unwrap();
+    let gap = gap_of_spread(&host(&whole.particles.positions), &host(&resumed.particles.positions));
+    assert!(gap < 1e-4, "resumed in one process, the particles differ by {gap} of their spread");
 }

@@ -4,7 +4,7 @@
 use burn::tensor::{Device, Tensor};
 use parvi_model::{LogDensity, Minibatch, score};
 
-use crate::core::shard::{Collective, ShardBy, ShardPart, not_shardable, rows_sharded_ascent, sharded_ascent};
+use crate::core::shard::{Collective, ParticleShard, ShardBy, not_shardable, rows_sharded_ascent, sharded_ascent};
 use crate::{EngineRng, EngineState, InferError, Particles, StepAdapter};
 
 /// Why a method without a sharded step cannot run sharded.
@@ -55,6 +55,14 @@ pub trait Engine: Send {
 
     /// Restores what [`Engine::save`] wrote.
     fn load(&mut self, state: &EngineState, device: &Device) -> Result<(), InferError>;
+
+    /// [`Engine::save`] in a run sharded over `collective`: the whole run's state on every rank
+    /// (an engine that keeps only its shard of the state gathers it; every rank calls this
+    /// together, as any collective).
+    fn save_sharded(&self, collective: &dyn Collective) -> Result<EngineState, InferError> {
+        let _ = collective;
+        Ok(self.save())
+    }
 
     /// The draws that stand for the posterior when the run ends, if they are not the particles'
     /// final positions: an MCMC engine's collected trace (after burn-in and thinning). `None`
@@ -118,22 +126,19 @@ pub trait Direction: Send {
         Ok(score(ctx.model, x_rows, ctx.batch)?.grad)
     }
 
-    /// This rank's part of [`Direction::ascent`] at all particles `x` when the particles `rows`
-    /// are this rank's and `scores` `[rows, dim]` their [`Direction::shard_scores`]: either the
-    /// direction's rows at them, or their share of every particle's direction (a sum over the
-    /// particles' terms restricted to `rows`; the shares are added across ranks). A kernel with
-    /// the median bandwidth takes it from `median_sq`, given this rank's `[rows, n]` block of
-    /// squared distances (it gathers the ranks' blocks). Draws from `ctx.rng` exactly what
-    /// `ascent` draws.
+    /// The rows of [`Direction::ascent`] at this rank's particles `shard.rows()`, `[rows, dim]`,
+    /// from all particles `x` and `scores` `[rows, dim]`, their [`Direction::shard_scores`]. A
+    /// method whose direction sums over all particles' scores gathers what it needs of the
+    /// other ranks' through `shard` (and a kernel with the median bandwidth takes it from
+    /// [`ParticleShard::median_sq`]). Draws from `ctx.rng` exactly what `ascent` draws.
     fn ascent_shard(
         &mut self,
         ctx: &mut StepContext<'_>,
         x: Tensor<2>,
         scores: Tensor<2>,
-        rows: std::ops::Range<usize>,
-        median_sq: &mut dyn FnMut(&Tensor<2>) -> f32,
-    ) -> Result<ShardPart, InferError> {
-        let _ = (ctx, x, scores, rows, median_sq);
+        shard: &ParticleShard<'_>,
+    ) -> Result<Tensor<2>, InferError> {
+        let _ = (ctx, x, scores, shard);
         Err(not_shardable(self.name(), NOT_A_ROW_SUM))
     }
 
@@ -159,15 +164,18 @@ pub trait Direction: Send {
 pub struct DirectionEngine<M> {
     method: M,
     adapter: Box<dyn StepAdapter>,
-    /// The last step's positions and displacement, for the convergence diagnostic (read only
-    /// when a report is asked for: no host read on the step).
+    /// The particles whose rows the adapter's state holds: all of them (`None`), or in a run
+    /// with the particles sharded this rank's (of how many in all), which it alone steps.
+    adapter_rows: Option<(std::ops::Range<usize>, usize)>,
+    /// The last step's positions before and after, for the convergence diagnostic (read only
+    /// when a report is asked for: no host read and no pass on the step).
     last_move: Option<(Tensor<2>, Tensor<2>)>,
 }
 
 impl<M: Direction> DirectionEngine<M> {
     /// `method`'s directions, stepped by `adapter`.
     pub fn new(method: M, adapter: Box<dyn StepAdapter>) -> Self {
-        Self { method, adapter, last_move: None }
+        Self { method, adapter, adapter_rows: None, last_move: None }
     }
 
     /// The method, for its own inspection functions.
@@ -175,12 +183,39 @@ impl<M: Direction> DirectionEngine<M> {
         &self.method
     }
 
-    /// `x <- x + adapter(phi)`, keeping the move for [`relative_movement`].
-    fn advance(&mut self, particles: &mut Particles, phi: Tensor<2>) {
+    /// `x <- x + adapter(phi)` for the whole set, keeping the move for [`relative_movement`].
+    fn advance(&mut self, particles: &mut Particles, phi: Tensor<2>) -> Result<(), InferError> {
+        if let Some((rows, _)) = &self.adapter_rows {
+            return Err(InferError::State(format!(
+                "the step-size state holds particles {}..{} only (a sharded run's) and cannot step all of them",
+                rows.start, rows.end
+            )));
+        }
         let x = particles.positions.clone();
-        let delta = self.adapter.delta(phi);
-        particles.positions = x.clone() + delta.clone();
-        self.last_move = Some((x, delta));
+        particles.positions = x.clone() + self.adapter.delta(phi);
+        self.last_move = Some((x, particles.positions.clone()));
+        Ok(())
+    }
+
+    /// Cuts the adapter's state to the shard's rows the first time this rank steps them (a
+    /// fresh state has no rows yet; a loaded one holds every particle's).
+    fn own_adapter_rows(&mut self, shard: &ParticleShard<'_>, device: &Device) -> Result<(), InferError> {
+        match &self.adapter_rows {
+            Some((rows, n)) if *rows == shard.rows() && *n == shard.len() => Ok(()),
+            Some((rows, _)) => Err(InferError::State(format!(
+                "the step-size state holds particles {}..{}, this rank steps {}..{}",
+                rows.start,
+                rows.end,
+                shard.rows().start,
+                shard.rows().end
+            ))),
+            None => {
+                let own = shard.own_state(&EngineState::of_adapter(self.adapter.as_ref()))?;
+                own.load_adapter(self.adapter.as_mut(), device)?;
+                self.adapter_rows = Some((shard.rows(), shard.len()));
+                Ok(())
+            }
+        }
     }
 }
 
@@ -195,15 +230,17 @@ impl<M: Direction> Engine for DirectionEngine<M> {
 
     fn step(&mut self, ctx: &mut StepContext<'_>, particles: &mut Particles) -> Result<(), InferError> {
         let phi = self.method.ascent(ctx, particles.positions.clone())?;
-        self.advance(particles, phi);
-        Ok(())
+        self.advance(particles, phi)
     }
 
     fn can_shard(&self, by: ShardBy) -> Result<(), InferError> {
         self.method.can_shard(by)
     }
 
-    /// The direction in shards; the adapter, replicated, steps the full direction on every rank.
+    /// Particles sharded: each rank computes the direction at its particles, steps them with
+    /// its rows of the adapter's state (every rule is element-wise, so a row steps as in one
+    /// process) and the new positions are all-gathered: no rank repeats an `[n, d]` pass.
+    /// Rows sharded: the direction from the summed scores and the adapter, replicated.
     fn step_sharded(
         &mut self,
         ctx: &mut StepContext<'_>,
@@ -212,28 +249,48 @@ impl<M: Direction> Engine for DirectionEngine<M> {
         by: ShardBy,
     ) -> Result<(), InferError> {
         let x = particles.positions.clone();
-        let phi = match by {
-            ShardBy::Particles => sharded_ascent(&mut self.method, ctx, x, collective)?,
-            ShardBy::Rows => rows_sharded_ascent(&mut self.method, ctx, x, collective)?,
-        };
-        self.advance(particles, phi);
-        Ok(())
+        match by {
+            ShardBy::Particles => {
+                let shard = ParticleShard::new(particles.len(), collective)?;
+                self.own_adapter_rows(&shard, &x.device())?;
+                let phi = sharded_ascent(&mut self.method, ctx, x.clone(), &shard)?;
+                let moved = x.clone().slice([shard.rows()]) + self.adapter.delta(phi);
+                particles.positions = shard.gather_rows(moved)?;
+                self.last_move = Some((x, particles.positions.clone()));
+                Ok(())
+            }
+            ShardBy::Rows => {
+                let phi = rows_sharded_ascent(&mut self.method, ctx, x, collective)?;
+                self.advance(particles, phi)
+            }
+        }
     }
 
+    /// The adapter's state; in a run with the particles sharded, this rank's rows of it alone
+    /// ([`Engine::save_sharded`] gathers the whole).
     fn save(&self) -> EngineState {
         EngineState::of_adapter(self.adapter.as_ref())
     }
 
+    fn save_sharded(&self, collective: &dyn Collective) -> Result<EngineState, InferError> {
+        let own = self.save();
+        match &self.adapter_rows {
+            None => Ok(own),
+            Some((_, n)) => ParticleShard::new(*n, collective)?.gather_state(&own),
+        }
+    }
+
+    /// The whole state of a run (every particle's rows): a sharded run cuts it to its rows at
+    /// its next step.
     fn load(&mut self, state: &EngineState, device: &Device) -> Result<(), InferError> {
+        self.adapter_rows = None;
         state.load_adapter(self.adapter.as_mut(), device)
     }
 
-    /// The method's report, with `movement`: the last step's root-mean-square displacement over
-    /// the particles' root-mean-square spread about their mean. It falls towards zero as a
-    /// deterministic method converges; a run that ends with it large was still moving.
     fn report(&self) -> serde_json::Value {
         let mut report = self.method.report();
-        if let Some(movement) = self.last_move.as_ref().map(|(x, delta)| relative_movement(x, delta)) {
+        let movement = self.last_move.as_ref().map(|(x, moved)| relative_movement(x, &(moved.clone() - x.clone())));
+        if let Some(movement) = movement {
             match &mut report {
                 serde_json::Value::Object(map) => {
                     map.insert("movement".into(), serde_json::json!(movement));

@@ -302,20 +302,25 @@ impl<'a> Runner<'a> {
         }
     }
 
-    /// The run's state now, as a checkpoint.
-    pub fn checkpoint(&self) -> Checkpoint {
-        Checkpoint {
+    /// The run's state now, as a checkpoint. In a sharded run every rank calls it together
+    /// (an engine that keeps its shard of the state gathers the whole, [`Engine::save_sharded`]).
+    pub fn checkpoint(&self) -> Result<Checkpoint, InferError> {
+        let engine_state = match &self.config.collective {
+            Some(collective) => self.engine.save_sharded(collective.as_ref())?,
+            None => self.engine.save(),
+        };
+        Ok(Checkpoint {
             format: FORMAT,
             run: self.identity.clone(),
             step: self.step,
             particles: TensorRecord::from_tensor(&self.particles.positions),
             weights: self.particles.weights.as_ref().map(TensorRecord::from_tensor),
-            engine_state: self.engine.save(),
+            engine_state,
             rng: self.rng.state(),
             batch_position: self.batches.as_ref().map(BatchStream::position),
             sha256: String::new(),
             loaded_from: None,
-        }
+        })
     }
 
     /// The particles as they stand.
@@ -374,9 +379,12 @@ impl<'a> Runner<'a> {
             }
             if let Some(policy) = &self.config.checkpoint
                 && checkpoint_due
-                && is_lead(self.config.collective.as_deref())
             {
-                self.checkpoint().save(&policy.path).map_err(|error| RunError::Failed { step, error })?;
+                // Every rank takes part in gathering the state; one writes it.
+                let checkpoint = self.checkpoint().map_err(|error| RunError::Failed { step, error })?;
+                if is_lead(self.config.collective.as_deref()) {
+                    checkpoint.save(&policy.path).map_err(|error| RunError::Failed { step, error })?;
+                }
             }
             bar.inc(1);
             if out_of_time {

@@ -1,19 +1,20 @@
 //! Runs shared among processes: the collective operations a sharded run needs, and the two
 //! sharded steps built on them (docs/distributed.md gives the schemes and their costs).
 //!
-//! **Particles** ([`ShardBy::Particles`]): every rank keeps the full, replicated positions and
-//! step-size state and every data row. Rank `r` computes the scores of its contiguous shard of
-//! particles (the same minibatch on every rank: the batch stream and the engine's rng are seeded
-//! identically) and its `[rows, n]` block of squared distances; the blocks are all-gathered
-//! (`n^2` floats) for the median bandwidth, rank `r` sums its particles' share of every
-//! particle's direction (`[n, d]`, SVGD's sum over `j` restricted to its `j`), and one
-//! all-reduce adds the shares. Every rank then applies the same adapter to the same full
-//! direction, so the particles do not depend on the rank count beyond float rounding.
+//! **Particles** ([`ShardBy::Particles`]): every rank holds the full positions and every data
+//! row, and owns a contiguous shard of the particles ([`ParticleShard`]): it computes their
+//! scores (the same minibatch on every rank: the batch stream and the engine's rng are seeded
+//! identically), the direction's rows at them (for SVGD from its `[rows, n]` block of squared
+//! distances, whose blocks are all-gathered for the median bandwidth, and the all-gathered
+//! `[n, d]` of the kernel's sources), steps them with its own rows of the step-size state, and
+//! the new positions are all-gathered. No `[n, d]` pass is repeated on every rank, and the
+//! element-wise step-size rule on a rank's rows is the one process's on those rows, so the
+//! particles do not depend on the rank count beyond float rounding.
 //!
 //! **Rows** ([`ShardBy::Rows`], Horovod's data parallelism): every rank keeps the full particles
 //! and only its contiguous share of the data rows ([`RowShare`]). Rank `r` scores every particle
 //! on its rows (its share of the minibatch the one process draws, [`RowShard`]), one all-reduce
-//! sums the scores (`n d` floats), and the kernel part runs replicated.
+//! sums the scores (`n d` floats), and the kernel part and the step run replicated.
 //!
 //! The transport (MPI, or none) is a [`Collective`]; this module knows no MPI.
 use std::fmt::Debug;
@@ -25,7 +26,7 @@ use parvi_model::tensor_ops::{median_by_selection, to_vec_f32};
 use parvi_model::{LogDensity, Minibatch, ModelError};
 use serde::{Deserialize, Serialize};
 
-use crate::{Direction, InferError, StepContext};
+use crate::{Direction, EngineState, InferError, StepContext, TensorRecord};
 
 /// The collective operations of a group of processes that run one sharded run together.
 pub trait Collective: Debug + Send + Sync {
@@ -311,6 +312,93 @@ impl LogDensity for RowShard<'_> {
     }
 }
 
+/// A rank's shard of the particles in a run that shares them ([`ShardBy::Particles`]): its
+/// contiguous rows of the `n` particles ([`shard_rows`]) and the collectives a sharded
+/// direction needs (gathering row blocks; the median of the gathered squared distances).
+pub struct ParticleShard<'a> {
+    collective: &'a dyn Collective,
+    counts: Vec<usize>,
+    rows: Range<usize>,
+}
+
+impl<'a> ParticleShard<'a> {
+    /// This rank's shard of `n` particles; refused by name when a rank would hold none.
+    pub fn new(n: usize, collective: &'a dyn Collective) -> Result<Self, InferError> {
+        check_shardable_count(n, collective)?;
+        let counts = shard_counts(n, collective.size());
+        let rows = shard_rows(n, collective.size(), collective.rank());
+        Ok(Self { collective, counts, rows })
+    }
+
+    /// This rank's particles.
+    pub fn rows(&self) -> Range<usize> {
+        self.rows.clone()
+    }
+
+    /// Particles in the whole set.
+    pub fn len(&self) -> usize {
+        self.counts.iter().sum()
+    }
+
+    /// Always false: a shard is of at least one particle ([`ParticleShard::new`]).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The whole `[n, cols]` tensor from every rank's rows `local` (`[rows, cols]`).
+    pub fn gather_rows(&self, local: Tensor<2>) -> Result<Tensor<2>, InferError> {
+        gather_rows(local, &self.counts, self.collective)
+    }
+
+    /// The median of the squared distances of all `n^2` pairs of particles from each rank's
+    /// `[rows, n]` block of them (`block`, this rank's rows): the blocks are all-gathered (`n^2`
+    /// floats) and every rank selects the same median on the host (`O(n^2)`, no `n^2 d` work).
+    pub fn median_sq(&self, block: &Tensor<2>) -> Result<f32, InferError> {
+        let n = block.dims()[1];
+        let mut all = self.collective.all_gather_rows(&to_vec_f32(block), &self.counts, n)?;
+        Ok(median_by_selection(&mut all).unwrap_or(0.0))
+    }
+
+    /// `state` (every tensor `[n, ...]`, one row per particle, as a step-size rule's) cut to
+    /// this rank's rows; an error names a tensor that is not one row per particle.
+    pub fn own_state(&self, state: &EngineState) -> Result<EngineState, InferError> {
+        let n = self.len();
+        let mut own = state.clone();
+        for (key, record) in own.tensors.iter_mut() {
+            let cols = record_cols(key, record, n)?;
+            record.values = record.values[self.rows.start * cols..self.rows.end * cols].to_vec();
+            record.shape[0] = self.rows.len();
+        }
+        Ok(own)
+    }
+
+    /// The whole state from every rank's [`ParticleShard::own_state`] (every rank calls it, as
+    /// every collective).
+    pub fn gather_state(&self, own: &EngineState) -> Result<EngineState, InferError> {
+        let mut whole = own.clone();
+        // The keys are the same on every rank (they step in lockstep), in the map's order.
+        for (key, record) in whole.tensors.iter_mut() {
+            let cols = record_cols(key, record, self.rows.len())?;
+            record.values = self.collective.all_gather_rows(&record.values, &self.counts, cols)?;
+            record.shape[0] = self.len();
+        }
+        Ok(whole)
+    }
+}
+
+/// The values per row of `record`, whose first dimension must be `rows`.
+fn record_cols(key: &str, record: &TensorRecord, rows: usize) -> Result<usize, InferError> {
+    match record.shape.first() {
+        Some(&r) if r == rows && record.values.len() == rows * record.shape[1..].iter().product::<usize>() => {
+            Ok(record.values.len() / rows.max(1))
+        }
+        _ => Err(InferError::State(format!(
+            "`{key}` (shape {:?}) is not one row per particle of {rows}: the step-size state cannot be sharded",
+            record.shape
+        ))),
+    }
+}
+
 /// All-gathers each rank's rows of `local` (`[rows, cols]`) into the full `[n, cols]` tensor.
 fn gather_rows(local: Tensor<2>, counts: &[usize], collective: &dyn Collective) -> Result<Tensor<2>, InferError> {
     if collective.size() == 1 {
@@ -347,57 +435,16 @@ fn host_error(e: burn::tensor::DataError) -> InferError {
     InferError::setting("distributed", format!("a tensor could not be read as f32 values: {e:?}"))
 }
 
-/// What a rank computes of a sharded direction ([`Direction::ascent_shard`]).
-pub enum ShardPart {
-    /// The direction's rows at this rank's particles, `[rows, d]`: the ranks' rows are
-    /// all-gathered.
-    Rows(Tensor<2>),
-    /// This rank's particles' share of every particle's direction, `[n, d]`: the ranks' shares
-    /// are summed (all-reduce).
-    Sum(Tensor<2>),
-}
-
-/// The median of the squared distances of all `n^2` pairs of particles from each rank's
-/// `[rows, n]` block of them (`block`, this rank's rows): the blocks are all-gathered (`n^2`
-/// floats) and every rank selects the same median on the host (`O(n^2)`, no `n^2 d` work).
-pub fn gathered_median_sq(block: &Tensor<2>, counts: &[usize], collective: &dyn Collective) -> Result<f32, InferError> {
-    let n = block.dims()[1];
-    let mut all = collective.all_gather_rows(&to_vec_f32(block), counts, n)?;
-    Ok(median_by_selection(&mut all).unwrap_or(0.0))
-}
-
-/// The full direction `[n, d]` of `method` at `x` with the particles sharded: this rank's
-/// scores and share of the direction, combined across ranks (the module docs give the scheme).
+/// This rank's rows `[rows, d]` of the direction of `method` at `x` with the particles sharded
+/// (`shard`): its particles' scores, then the direction at them ([`Direction::ascent_shard`]).
 pub fn sharded_ascent(
     method: &mut dyn Direction,
     ctx: &mut StepContext<'_>,
     x: Tensor<2>,
-    collective: &dyn Collective,
+    shard: &ParticleShard<'_>,
 ) -> Result<Tensor<2>, InferError> {
-    let n = x.dims()[0];
-    check_shardable_count(n, collective)?;
-    let counts = shard_counts(n, collective.size());
-    let rows = shard_rows(n, collective.size(), collective.rank());
-    let scores = method.shard_scores(ctx, x.clone().slice([rows.clone()]))?;
-    // The kernel asks for the median (or not) alike on every rank, so every rank joins the
-    // gather inside it or none does.
-    let mut failed = None;
-    let part = {
-        let mut median = |block: &Tensor<2>| {
-            gathered_median_sq(block, &counts, collective).unwrap_or_else(|e| {
-                failed = Some(e);
-                f32::NAN
-            })
-        };
-        method.ascent_shard(ctx, x, scores, rows, &mut median)?
-    };
-    if let Some(error) = failed {
-        return Err(error);
-    }
-    match part {
-        ShardPart::Rows(rows) => gather_rows(rows, &counts, collective),
-        ShardPart::Sum(share) => sum_over_ranks(share, collective),
-    }
+    let scores = method.shard_scores(ctx, x.clone().slice([shard.rows()]))?;
+    method.ascent_shard(ctx, x, scores, shard)
 }
 
 /// The full direction `[n, d]` of `method` at `x` with the data rows sharded: this rank's

@@ -9,7 +9,7 @@ use parvi_model::score;
 use serde::{Deserialize, Serialize};
 
 use super::EngineConfig;
-use crate::core::shard::{ShardBy, ShardPart};
+use crate::core::shard::{ParticleShard, ShardBy};
 use crate::core::{Direction, DirectionEngine};
 use crate::{AdapterConfig, Engine, InferError, KernelConfig, StepAdapter, StepContext};
 
@@ -43,10 +43,9 @@ impl Direction for Ensemble {
         _ctx: &mut StepContext<'_>,
         _x: Tensor<2>,
         scores: Tensor<2>,
-        _rows: std::ops::Range<usize>,
-        _median_sq: &mut dyn FnMut(&Tensor<2>) -> f32,
-    ) -> Result<ShardPart, InferError> {
-        Ok(ShardPart::Rows(scores))
+        _shard: &ParticleShard<'_>,
+    ) -> Result<Tensor<2>, InferError> {
+        Ok(scores)
     }
 
     fn ascent_from_scores(

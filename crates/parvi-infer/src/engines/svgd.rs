@@ -4,9 +4,9 @@
 use burn::tensor::Tensor;
 use parvi_model::score;
 
-use crate::core::shard::{ShardBy, ShardPart};
+use crate::core::shard::{ParticleShard, ShardBy};
 use crate::core::{Direction, DirectionEngine};
-use crate::kernels::{DENSE_MAX_POINTS, require_matrices_fit, require_row_blocks, svgd_direction, svgd_share_of};
+use crate::kernels::{DENSE_MAX_POINTS, require_matrices_fit, require_row_blocks, svgd_direction, svgd_shard_of};
 use crate::{InferError, Kernel, Particles, StepAdapter, StepContext};
 use serde::{Deserialize, Serialize};
 
@@ -60,10 +60,9 @@ impl Direction for Svgd {
         _ctx: &mut StepContext<'_>,
         x: Tensor<2>,
         scores: Tensor<2>,
-        rows: std::ops::Range<usize>,
-        median_sq: &mut dyn FnMut(&Tensor<2>) -> f32,
-    ) -> Result<ShardPart, InferError> {
-        svgd_share_of("svgd", self.kernel.as_ref(), x, scores, rows, median_sq)
+        shard: &ParticleShard<'_>,
+    ) -> Result<Tensor<2>, InferError> {
+        svgd_shard_of("svgd", self.kernel.as_ref(), x, scores, shard)
     }
 
     fn ascent_from_scores(

@@ -25,5 +25,5 @@ pub use radial::{Bandwidth, Imq, Kernel, KernelConfig, RadialEval, Rbf, median_b
 pub use rff::{FourierStein, RandomFourierFeatures};
 pub use stein::{
     repulsion_from, require_row_blocks, stein_direction, stein_kernel, stein_kernel_matrix, svgd_direction,
-    svgd_direction_dense, svgd_direction_rows, svgd_direction_share, svgd_share_of,
+    svgd_direction_at_shard, svgd_direction_dense, svgd_direction_rows, svgd_shard_of,
 };

@@ -8,7 +8,7 @@ use burn::tensor::Tensor;
 use parvi_model::tensor_ops::{median_on_host, pairwise_sq_dists};
 
 use crate::InferError;
-use crate::core::shard::{ShardPart, not_shardable};
+use crate::core::shard::{ParticleShard, not_shardable};
 use crate::kernels::pairs::{
     DENSE_MAX_POINTS, HOST_DIRECTION_MAX_POINTS, PairTiles, pair_median_sq, rbf_direction_small, svgd_direction_tiled,
 };
@@ -126,46 +126,83 @@ pub fn svgd_direction_rows(
     Some(direction_at(kernel.as_ref(), &sq, x, s, y))
 }
 
-/// The share of the particles `rows` (scores `s_rows` `[rows, d]`) in every particle's SVGD
-/// direction: `(1/n) sum_{j in rows} [k(x_j, x_i) s_j + grad_{x_j} k(x_j, x_i)]` for all `i`,
-/// `[n, d]`, so that the shares of any split of the particles add up to [`svgd_direction`]
-/// (the sum over `j` of Liu & Wang 2016, eq. 8, split by `j`). The median bandwidth (fixed from
-/// the whole set, [`Kernel::resolved`]) comes from `median_sq` given this block's squared
-/// distances `[rows, n]` up to [`DENSE_MAX_POINTS`] particles (a sharded run gathers the
-/// ranks' blocks: no rank computes all `n^2 d` of them), from [`pair_median_sq`] above.
-/// Cost `O(rows n d)`; `None` when `kernel` cannot be evaluated in blocks.
-pub fn svgd_direction_share(
+/// The rows of [`svgd_direction`] at this rank's particles (`shard.rows()`, scores `s_rows`
+/// `[rows, d]`) in a run that shares the particles: `(1/n) sum_j [k(x_j, x_i) s_j +
+/// grad_{x_j} k(x_j, x_i)]` for `i` in the rows, `[rows, d]` (Liu & Wang 2016, eq. 8, split by
+/// `i`). The rank computes its `[rows, n]` block of squared distances (the median bandwidth,
+/// fixed from the whole set by [`Kernel::resolved`], from the gathered blocks up to
+/// [`DENSE_MAX_POINTS`] particles, from [`pair_median_sq`] above), and the sources' part is
+/// all-gathered: for the RBF (`f' = c f`) each rank's `s_j + 2c x_j`, so the drift and the
+/// repulsion share one `[rows, n] x [n, d]` product and no rank forms an `[n, d]` sum; for
+/// other kernels the scores. Cost `O(rows n d)` a rank; `Ok(None)` when `kernel` cannot be
+/// evaluated in blocks.
+pub fn svgd_direction_at_shard(
     kernel: &dyn Kernel,
     x: Tensor<2>,
     s_rows: Tensor<2>,
-    rows: std::ops::Range<usize>,
-    median_sq: &mut dyn FnMut(&Tensor<2>) -> f32,
-) -> Option<Tensor<2>> {
+    shard: &ParticleShard<'_>,
+) -> Result<Option<Tensor<2>>, InferError> {
     let n = x.dims()[0];
-    let sources = x.clone().slice([rows]);
-    let sq = pairwise_sq_dists(sources.clone(), x.clone()); // [rows, n]: sources j, targets i
-    let kernel = if n <= DENSE_MAX_POINTS {
-        kernel.resolved(n, &mut || median_sq(&sq))?
+    let targets = x.clone().slice([shard.rows()]);
+    let sq = shard_sq_dists(targets.clone(), x.clone(), shard)?; // [rows, n]: targets i, sources j
+    let mut failed = None;
+    let resolved = if n <= DENSE_MAX_POINTS {
+        // Every rank asks for the median (or not) alike, so all join the gather or none does.
+        kernel.resolved(n, &mut || {
+            shard.median_sq(&sq).unwrap_or_else(|e| {
+                failed = Some(e);
+                f32::NAN
+            })
+        })
     } else {
-        kernel.resolved(n, &mut || pair_median_sq(&x))?
+        kernel.resolved(n, &mut || pair_median_sq(&x))
     };
-    // The `m` sources' terms averaged over all `n` particles: the shares add up to the whole.
-    Some(direction_over(kernel.as_ref(), &sq, sources, s_rows, x, n))
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    let Some(kernel) = resolved else { return Ok(None) };
+    let proportional = if kernel.linear_features() { None } else { kernel.eval_proportional(&sq) };
+    let phi = match proportional {
+        Some((k, c)) => {
+            // k[i, j] = k(x_j, x_i) (radial); phi_i = (1/n) [sum_j k_ij (s_j + 2c x_j) - 2c x_i sum_j k_ij].
+            let two_c = c.mul_scalar(2.0); // [1, 1]
+            let sources = shard.gather_rows(s_rows + targets.clone() * two_c.clone())?;
+            let rowsum = k.clone().sum_dim(1); // [rows, 1]
+            k.div_scalar(n as f64).matmul(sources) - targets * (rowsum * two_c.div_scalar(n as f64))
+        }
+        None => {
+            let s = shard.gather_rows(s_rows)?;
+            direction_at(kernel.as_ref(), &sq.transpose(), x, s, targets)
+        }
+    };
+    Ok(Some(phi))
 }
 
-/// [`svgd_direction_share`] for a sharded step of `method`, or the error naming the method
+/// The squared distances `[rows, n]` of this rank's particles `targets` to all `x`, with no
+/// pass over `[n, d]`: the products `x_i . x_j` of the block hold this rank's squared norms on
+/// their diagonal, and the ranks' norms are all-gathered (`n` floats) instead of every rank
+/// squaring all `n d` coordinates (`pairwise_sq_dists`'s two passes, a tenth of the step).
+fn shard_sq_dists(targets: Tensor<2>, x: Tensor<2>, shard: &ParticleShard<'_>) -> Result<Tensor<2>, InferError> {
+    let rows = shard.rows();
+    let r = rows.len();
+    let device = x.device();
+    let xy = targets.matmul(x.transpose()); // [rows, n]
+    let eye = Tensor::<2>::eye(r, &device);
+    let own = (xy.clone().slice([0..r, rows]) * eye).sum_dim(1); // [rows, 1]: |x_i|^2
+    let all = shard.gather_rows(own.clone())?.transpose(); // [1, n]
+    Ok((own + all - xy.mul_scalar(2.0)).clamp_min(0.0))
+}
+
+/// [`svgd_direction_at_shard`] for a sharded step of `method`, or the error naming the method
 /// when its kernel cannot be evaluated in blocks.
-pub fn svgd_share_of(
+pub fn svgd_shard_of(
     method: &str,
     kernel: &dyn Kernel,
     x: Tensor<2>,
     s_rows: Tensor<2>,
-    rows: std::ops::Range<usize>,
-    median_sq: &mut dyn FnMut(&Tensor<2>) -> f32,
-) -> Result<ShardPart, InferError> {
-    svgd_direction_share(kernel, x, s_rows, rows, median_sq)
-        .map(ShardPart::Sum)
-        .ok_or_else(|| rows_refused(method, kernel))
+    shard: &ParticleShard<'_>,
+) -> Result<Tensor<2>, InferError> {
+    svgd_direction_at_shard(kernel, x, s_rows, shard)?.ok_or_else(|| rows_refused(method, kernel))
 }
 
 /// `Ok` when `kernel` can be evaluated in row blocks ([`svgd_direction_rows`]); else the error
@@ -185,39 +222,21 @@ pub fn svgd_direction_dense(kernel: &dyn Kernel, x: Tensor<2>, s: Tensor<2>) -> 
 }
 
 /// The SVGD direction at the targets `y` from the squared distances `sq` `[n, m]` of all `n`
-/// particles `x` (scores `s`) to them ([`direction_over`] all of them).
+/// particles `x` (scores `s`) to them. For a kernel with `f' = c f` (the RBF) the drift and the
+/// repulsion share one product: `phi = (1/n) [K^T (S + 2c X) - 2c Y colsum(K)]`, one
+/// `[m, n] x [n, d]` product instead of two, with `1/n` folded into the small `K`; other
+/// kernels take the general [`stein_direction`]. A kernel with linear features adds their part
+/// ([`linear_direction`]).
 fn direction_at(kernel: &dyn Kernel, sq: &Tensor<2>, x: Tensor<2>, s: Tensor<2>, y: Tensor<2>) -> Tensor<2> {
-    let n = x.dims()[0];
-    direction_over(kernel, sq, x, s, y, n)
-}
-
-/// The sum of the sources `x`' (scores `s`) SVGD terms at the targets `y`, divided by `norm`
-/// (the sources' count for the whole direction, the whole set's for a share of it). For a
-/// kernel with `f' = c f` (the RBF) the drift and the repulsion share one product:
-/// `phi = (1/norm) [K^T (S + 2c X) - 2c Y colsum(K)]`, one `[m, n] x [n, d]` product instead of
-/// two, and `1/norm` is folded into the small `K` (a share costs no extra pass over `[m, d]`);
-/// other kernels take the general [`stein_direction`].
-///
-/// A kernel with linear features adds their part ([`linear_direction`]).
-fn direction_over(
-    kernel: &dyn Kernel,
-    sq: &Tensor<2>,
-    x: Tensor<2>,
-    s: Tensor<2>,
-    y: Tensor<2>,
-    norm: usize,
-) -> Tensor<2> {
-    let sources = x.dims()[0];
-    let share = |phi: Tensor<2>| if sources == norm { phi } else { phi.mul_scalar(sources as f64 / norm as f64) };
+    let n = x.dims()[0] as f64;
     let phi = match kernel.eval_proportional(sq) {
         Some((k, c)) => {
-            let norm = norm as f64;
-            let two_c = c.mul_scalar(2.0 / norm); // [1, 1]
+            let two_c = c.mul_scalar(2.0); // [1, 1]
             let colsum = k.clone().sum_dim(0).transpose(); // [m, 1]
-            k.transpose().div_scalar(norm).matmul(s.clone() + x.clone() * two_c.clone().mul_scalar(norm))
-                - y.clone() * (colsum * two_c)
+            k.transpose().div_scalar(n).matmul(s.clone() + x.clone() * two_c.clone())
+                - y.clone() * (colsum * two_c.div_scalar(n))
         }
-        None => share(stein_direction(&kernel.eval(sq, false), x.clone(), s.clone(), y.clone(), None)),
+        None => stein_direction(&kernel.eval(sq, false), x.clone(), s.clone(), y.clone(), None),
     };
-    if kernel.linear_features() { phi + share(linear_direction(x, s, y, None)) } else { phi }
+    if kernel.linear_features() { phi + linear_direction(x, s, y, None) } else { phi }
 }

@@ -92,3 +92,79 @@ impl parvi_model::LogDensity for Funnel {
         lp.squeeze_dim(1)
     }
 }
+
+/// An in-process group of `size` ranks, one thread each, whose collectives exchange host
+/// buffers through shared slots: a sharded step's arithmetic and its exchanges, tested without
+/// MPI (tests/mpi.rs runs the real transport).
+#[derive(Debug)]
+pub struct ThreadGroup {
+    rank: usize,
+    exchange: std::sync::Arc<Exchange>,
+}
+
+#[derive(Debug)]
+pub struct Exchange {
+    size: usize,
+    barrier: std::sync::Barrier,
+    slots: std::sync::Mutex<Vec<Vec<f32>>>,
+}
+
+impl ThreadGroup {
+    /// Runs `body(rank's collective)` on `size` threads; the results in rank order.
+    pub fn run<T: Send>(size: usize, body: impl Fn(ThreadGroup) -> T + Sync) -> Vec<T> {
+        let exchange = std::sync::Arc::new(Exchange {
+            size,
+            barrier: std::sync::Barrier::new(size),
+            slots: std::sync::Mutex::new(vec![Vec::new(); size]),
+        });
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..size)
+                .map(|rank| {
+                    let group = ThreadGroup { rank, exchange: exchange.clone() };
+                    let body = &body;
+                    scope.spawn(move || body(group))
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("a rank panicked")).collect()
+        })
+    }
+
+    /// Every rank's `local`, in rank order.
+    fn exchange(&self, local: &[f32]) -> Vec<Vec<f32>> {
+        self.exchange.slots.lock().unwrap()[self.rank] = local.to_vec();
+        self.exchange.barrier.wait();
+        let all = self.exchange.slots.lock().unwrap().clone();
+        // No rank writes the next round's slot before every rank has read this one.
+        self.exchange.barrier.wait();
+        all
+    }
+}
+
+impl parvi_infer::core::shard::Collective for ThreadGroup {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.exchange.size
+    }
+
+    fn all_gather_rows(
+        &self,
+        local: &[f32],
+        counts: &[usize],
+        cols: usize,
+    ) -> Result<Vec<f32>, parvi_infer::InferError> {
+        parvi_infer::core::shard::check_gather(local, counts, cols, self.rank, self.exchange.size)?;
+        Ok(self.exchange(local).concat())
+    }
+
+    fn all_reduce_sum(&self, local: &[f32]) -> Result<Vec<f32>, parvi_infer::InferError> {
+        let all = self.exchange(local);
+        Ok((0..local.len()).map(|i| all.iter().map(|v| v[i]).sum()).collect())
+    }
+
+    fn abort(&self, message: &str) -> ! {
+        panic!("rank {} aborted: {message}", self.rank)
+    }
+}

@@ -22,11 +22,11 @@ use parvi_model::{LogDensity, Minibatch, score};
 use serde::{Deserialize, Serialize};
 
 use super::surrogate::{AuxDensity, AuxKind, HanLiuKernel, gf_direction, self_normalized_weights, truncated_weights};
-use crate::core::shard::{ShardBy, ShardPart, not_shardable};
+use crate::core::shard::{ParticleShard, ShardBy, not_shardable};
 use crate::core::{Direction, DirectionEngine};
 use crate::engines::EngineConfig;
 use crate::error::require_positive;
-use crate::kernels::{require_row_blocks, svgd_direction, svgd_share_of};
+use crate::kernels::{require_row_blocks, svgd_direction, svgd_shard_of};
 use crate::{AdapterConfig, Engine, KernelConfig};
 use crate::{InferError, Kernel, Particles, StepAdapter, StepContext};
 
@@ -289,10 +289,9 @@ impl Direction for AnnealedSvgd {
         _ctx: &mut StepContext<'_>,
         x: Tensor<2>,
         scores: Tensor<2>,
-        rows: std::ops::Range<usize>,
-        median_sq: &mut dyn FnMut(&Tensor<2>) -> f32,
-    ) -> Result<ShardPart, InferError> {
-        svgd_share_of("a-svgd", self.kernel.as_ref(), x, scores, rows, median_sq)
+        shard: &ParticleShard<'_>,
+    ) -> Result<Tensor<2>, InferError> {
+        svgd_shard_of("a-svgd", self.kernel.as_ref(), x, scores, shard)
     }
 
     fn report(&self) -> serde_json::Value {
