@@ -233,3 +233,27 @@ fn a_particle_sharded_run_checkpoints_the_whole_step_size_state() {
     let gap = gap_of_spread(&host(&whole.particles.positions), &host(&resumed.particles.positions));
     assert!(gap < 1e-4, "resumed in one process, the particles differ by {gap} of their spread");
 }
+
+/// Ranks whose clocks disagree about a time budget stop at the same step: here one rank's
+/// budget is spent after its first step and the other's never is. Were each rank to stop by
+/// its own clock, the second would wait for ever in its next step's collective (the run is
+/// watched from another thread and fails after a minute rather than hang).
+#[test]
+fn sharded_ranks_stop_together_when_one_runs_out_of_time() {
+    use parvi_infer::core::Collective;
+    use std::sync::{Arc, mpsc};
+    let (done, finished) = mpsc::channel();
+    std::thread::spawn(move || {
+        let steps = ThreadGroup::run(2, |group| {
+            let model = NormalMean::new(&flex());
+            let start = Particles::gaussian(10, 2, 0.0, 1.0, &mut EngineRng::new(1), &flex()).unwrap();
+            let mut engine = Svgd::new(Box::new(Rbf::median()), AdapterConfig::adagrad(0.05).build().unwrap());
+            let budget = if group.rank() == 0 { 1e-9 } else { 1e9 };
+            let config = RunConfig { collective: Some(Arc::new(group)), max_seconds: Some(budget), ..config(50, None) };
+            Runner::new(&mut engine, &model, start, config).unwrap().run(&mut []).unwrap().steps_run
+        });
+        let _ = done.send(steps);
+    });
+    let steps = finished.recv_timeout(std::time::Duration::from_secs(60)).expect("a rank was left waiting");
+    assert_eq!(steps, vec![1, 1], "the ranks ran {steps:?} steps");
+}

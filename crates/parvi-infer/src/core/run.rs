@@ -44,7 +44,8 @@ pub struct RunConfig {
     pub guard_every: usize,
     /// A wall-clock budget in seconds for this invocation's steps: the run stops after the
     /// first step that ends past it (also at `steps` at the latest). For comparisons at equal
-    /// time, as the MMD-FW and speed-up papers do.
+    /// time, as the MMD-FW and speed-up papers do. In a sharded run the ranks stop together, at
+    /// the first step that ends past it on any of them (give every rank a budget).
     pub max_seconds: Option<f64>,
     /// What the run belongs to beyond what the loop sees itself; written into every checkpoint
     /// and compared on resume.
@@ -353,7 +354,7 @@ impl<'a> Runner<'a> {
                 None => self.engine.step(&mut ctx, &mut self.particles),
             }
             .map_err(|error| RunError::Failed { step, error })?;
-            let out_of_time = self.config.max_seconds.is_some_and(|budget| started.elapsed().as_secs_f64() >= budget);
+            let out_of_time = self.out_of_time(started).map_err(|error| RunError::Failed { step, error })?;
             let last = step + 1 == self.config.steps || out_of_time;
             let checkpoint_due =
                 self.config.checkpoint.as_ref().is_some_and(|p| (step + 1).is_multiple_of(p.every.max(1)) || last);
@@ -395,6 +396,18 @@ impl<'a> Runner<'a> {
         let seconds = started.elapsed().as_secs_f64();
         bar.finish_and_clear();
         Ok(RunOutcome { particles: self.particles, steps: self.step, seconds, steps_run: self.step - start_step })
+    }
+
+    /// Whether the time budget is spent: in a sharded run, on any rank (each rank reads its own
+    /// clock, and a rank that stopped alone would leave the others waiting in a collective), at
+    /// the cost of one all-reduce of one float a step when a budget is set.
+    fn out_of_time(&self, started: Instant) -> Result<bool, InferError> {
+        let Some(budget) = self.config.max_seconds else { return Ok(false) };
+        let mine = started.elapsed().as_secs_f64() >= budget;
+        match &self.config.collective {
+            None => Ok(mine),
+            Some(group) => Ok(group.all_reduce_sum(&[f32::from(u8::from(mine))])?.first().is_some_and(|&v| v > 0.0)),
+        }
     }
 
     fn progress_bar(&self) -> Progress {
