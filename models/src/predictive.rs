@@ -24,6 +24,17 @@ pub const CALIBRATION_LEVELS: [f64; 19] =
 /// resolution of any bracket the means and noise can span.
 const QUANTILE_STEPS: usize = 60;
 
+/// Bisection steps between two checks of whether every bracket is resolved.
+const QUANTILE_CHECK_EVERY: usize = 4;
+
+/// Whether every bracket `[lo, hi]` is within `2^-21` of `|lo| + |hi| + floor` (about four
+/// `f32` ulps of the quantile): one scalar read.
+fn brackets_resolved(lo: &Tensor<1>, hi: &Tensor<1>, floor: Tensor<1>) -> bool {
+    let scale = lo.clone().abs() + hi.clone().abs() + floor;
+    let widest = ((hi.clone() - lo.clone()) / scale).max().into_scalar::<f32>();
+    widest < 2f32.powi(-21)
+}
+
 /// The regression predictive for a batch of rows, on the original scale of the target.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RegressionPredictive {
@@ -123,16 +134,25 @@ impl Mixture {
     }
 
     /// The mixture's `p`-quantile per row, by bisection between the components' extreme
-    /// `8 sd` points (where every component's CDF is within `1e-15` of 0 or 1).
+    /// `8 sd` points (where every component's CDF is within `1e-15` of 0 or 1). The bisection
+    /// stops once every row's bracket spans a few `f32` ulps of its quantile (or of the smallest
+    /// noise sd, for a quantile near zero), checked every [`QUANTILE_CHECK_EVERY`] steps with
+    /// one scalar read: the later of the 60 steps would not move it, and each evaluates the
+    /// mixture's CDF over `[particles, rows]` (the protein test set's 4,573 rows and 100
+    /// particles took a second's `erf`s for three levels).
     pub fn quantile(&self, p: f64) -> Tensor<1> {
         let spread = self.noise_sd.clone().mul_scalar(8.0);
         let mut lo = (self.means.clone() - spread.clone()).min_dim(0).squeeze_dim::<1>(0);
         let mut hi = (self.means.clone() + spread).max_dim(0).squeeze_dim::<1>(0);
-        for _ in 0..QUANTILE_STEPS {
+        let floor = self.noise_sd.clone().min().reshape([1]);
+        for step in 1..=QUANTILE_STEPS {
             let mid = (lo.clone() + hi.clone()).mul_scalar(0.5);
             let below = self.cdf(mid.clone()).lower_elem(p);
             lo = lo.mask_where(below.clone(), mid.clone());
             hi = mid.mask_where(below, hi);
+            if step % QUANTILE_CHECK_EVERY == 0 && brackets_resolved(&lo, &hi, floor.clone()) {
+                break;
+            }
         }
         (lo + hi).mul_scalar(0.5)
     }
