@@ -5,7 +5,7 @@
 //! k(x_j, y_i)`. For a radial kernel `k = f(r^2)`, `grad_{x_j} k(x_j, y_i) = 2 f' (x_j - y_i)`.
 
 use burn::tensor::Tensor;
-use parvi_model::tensor_ops::{median_on_host, pairwise_sq_dists};
+use parvi_model::tensor_ops::{median_on_host, pairwise_sq_dists, self_sq_dists};
 
 use crate::InferError;
 use crate::core::shard::{ParticleShard, not_shardable};
@@ -116,7 +116,7 @@ pub fn svgd_direction_rows(
     let n = x.dims()[0];
     let y = x.clone().slice([rows.clone()]);
     let (kernel, sq) = if n <= DENSE_MAX_POINTS {
-        let all = pairwise_sq_dists(x.clone(), x.clone());
+        let all = self_sq_dists(x.clone());
         let kernel = kernel.resolved(n, &mut || median_on_host(&all).unwrap_or(0.0))?;
         (kernel, all.slice([0..n, rows]))
     } else {
@@ -217,7 +217,7 @@ fn rows_refused(method: &str, kernel: &dyn Kernel) -> InferError {
 
 /// The SVGD direction from the whole `n x n` kernel matrix ([`direction_at`] every particle).
 pub fn svgd_direction_dense(kernel: &dyn Kernel, x: Tensor<2>, s: Tensor<2>) -> Tensor<2> {
-    let sq = pairwise_sq_dists(x.clone(), x.clone());
+    let sq = self_sq_dists(x.clone());
     direction_at(kernel, &sq, x.clone(), s, x)
 }
 
