@@ -8,8 +8,7 @@ use burn::tensor::{Tensor, TensorData};
 pub fn pairwise_sq_dists(x: Tensor<2>, y: Tensor<2>) -> Tensor<2> {
     let xx = x.clone().square().sum_dim(1); // [n, 1]
     let yy = y.clone().square().sum_dim(1).transpose(); // [1, m]
-    let xy = x.matmul(y.transpose()); // [n, m]
-    (xx + yy - xy.mul_scalar(2.0)).clamp_min(0.0)
+    sq_dists_from_products(x.matmul(y.transpose()), xx, yy)
 }
 
 /// [`pairwise_sq_dists`] of `x` with itself, `[n, n]`, with no pass over `x` beyond the
@@ -17,10 +16,22 @@ pub fn pairwise_sq_dists(x: Tensor<2>, y: Tensor<2>) -> Tensor<2> {
 /// exactly zero and the norms round as the products do (the two `square().sum` passes over
 /// `[n, d]` cost a few percent of a large network's SVGD step).
 pub fn self_sq_dists(x: Tensor<2>) -> Tensor<2> {
-    let n = x.dims()[0];
     let xy = x.clone().matmul(x.transpose()); // [n, n]
-    let norms = (xy.clone() * Tensor::<2>::eye(n, &xy.device())).sum_dim(1); // [n, 1]
-    (norms.clone() + norms.transpose() - xy.mul_scalar(2.0)).clamp_min(0.0)
+    let norms = diagonal_column(xy.clone()); // [n, 1]
+    sq_dists_from_products(xy, norms.clone(), norms.transpose())
+}
+
+/// `|x_i|^2 + |y_j|^2 - 2 x_i . y_j`, clamped at 0 against rounding, from the products `xy`
+/// `[n, m]`, the row norms `x_norms` `[n, 1]` and the column norms `y_norms` `[1, m]`.
+pub fn sq_dists_from_products(xy: Tensor<2>, x_norms: Tensor<2>, y_norms: Tensor<2>) -> Tensor<2> {
+    (x_norms + y_norms - xy.mul_scalar(2.0)).clamp_min(0.0)
+}
+
+/// The diagonal of the square matrix `m` `[n, n]`, as a column `[n, 1]`
+/// ([`crate::linalg::diagonal`] of a batch of one).
+pub fn diagonal_column(m: Tensor<2>) -> Tensor<2> {
+    let n = m.dims()[0];
+    crate::linalg::diagonal(m.unsqueeze::<3>()).reshape([n, 1])
 }
 
 /// Numerically stable `log sum exp` along `dim`, keeping the dimension.

@@ -201,7 +201,7 @@ impl<M: Direction> DirectionEngine<M> {
     /// fresh state has no rows yet; a loaded one holds every particle's).
     fn own_adapter_rows(&mut self, shard: &ParticleShard<'_>, device: &Device) -> Result<(), InferError> {
         match &self.adapter_rows {
-            Some((rows, n)) if *rows == shard.rows() && *n == shard.len() => Ok(()),
+            Some((rows, n)) if *rows == shard.rows() && *n == shard.particles() => Ok(()),
             Some((rows, _)) => Err(InferError::State(format!(
                 "the step-size state holds particles {}..{}, this rank steps {}..{}",
                 rows.start,
@@ -212,7 +212,7 @@ impl<M: Direction> DirectionEngine<M> {
             None => {
                 let own = shard.own_state(&EngineState::of_adapter(self.adapter.as_ref()))?;
                 own.load_adapter(self.adapter.as_mut(), device)?;
-                self.adapter_rows = Some((shard.rows(), shard.len()));
+                self.adapter_rows = Some((shard.rows(), shard.particles()));
                 Ok(())
             }
         }

@@ -336,13 +336,8 @@ impl<'a> ParticleShard<'a> {
     }
 
     /// Particles in the whole set.
-    pub fn len(&self) -> usize {
+    pub fn particles(&self) -> usize {
         self.counts.iter().sum()
-    }
-
-    /// Always false: a shard is of at least one particle ([`ParticleShard::new`]).
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// The whole `[n, cols]` tensor from every rank's rows `local` (`[rows, cols]`).
@@ -362,7 +357,7 @@ impl<'a> ParticleShard<'a> {
     /// `state` (every tensor `[n, ...]`, one row per particle, as a step-size rule's) cut to
     /// this rank's rows; an error names a tensor that is not one row per particle.
     pub fn own_state(&self, state: &EngineState) -> Result<EngineState, InferError> {
-        let n = self.len();
+        let n = self.particles();
         let mut own = state.clone();
         for (key, record) in own.tensors.iter_mut() {
             let cols = record_cols(key, record, n)?;
@@ -380,7 +375,7 @@ impl<'a> ParticleShard<'a> {
         for (key, record) in whole.tensors.iter_mut() {
             let cols = record_cols(key, record, self.rows.len())?;
             record.values = self.collective.all_gather_rows(&record.values, &self.counts, cols)?;
-            record.shape[0] = self.len();
+            record.shape[0] = self.particles();
         }
         Ok(whole)
     }

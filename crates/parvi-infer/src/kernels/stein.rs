@@ -5,7 +5,9 @@
 //! k(x_j, y_i)`. For a radial kernel `k = f(r^2)`, `grad_{x_j} k(x_j, y_i) = 2 f' (x_j - y_i)`.
 
 use burn::tensor::Tensor;
-use parvi_model::tensor_ops::{median_on_host, pairwise_sq_dists, self_sq_dists};
+use parvi_model::tensor_ops::{
+    diagonal_column, median_on_host, pairwise_sq_dists, self_sq_dists, sq_dists_from_products,
+};
 
 use crate::InferError;
 use crate::core::shard::{ParticleShard, not_shardable};
@@ -184,13 +186,10 @@ pub fn svgd_direction_at_shard(
 /// squaring all `n d` coordinates (`pairwise_sq_dists`'s two passes, a tenth of the step).
 fn shard_sq_dists(targets: Tensor<2>, x: Tensor<2>, shard: &ParticleShard<'_>) -> Result<Tensor<2>, InferError> {
     let rows = shard.rows();
-    let r = rows.len();
-    let device = x.device();
     let xy = targets.matmul(x.transpose()); // [rows, n]
-    let eye = Tensor::<2>::eye(r, &device);
-    let own = (xy.clone().slice([0..r, rows]) * eye).sum_dim(1); // [rows, 1]: |x_i|^2
+    let own = diagonal_column(xy.clone().slice([0..rows.len(), rows])); // [rows, 1]: |x_i|^2
     let all = shard.gather_rows(own.clone())?.transpose(); // [1, n]
-    Ok((own + all - xy.mul_scalar(2.0)).clamp_min(0.0))
+    Ok(sq_dists_from_products(xy, own, all))
 }
 
 /// [`svgd_direction_at_shard`] for a sharded step of `method`, or the error naming the method
