@@ -88,9 +88,10 @@ fn mean_se(xs: &[f64]) -> (f64, f64) {
     (mean, (var / n).sqrt())
 }
 
-/// The split indices `--splits` names among `available`: `all`, the first `K`, or `A..B`.
-fn split_range(spec: &str, available: usize) -> Result<std::ops::Range<usize>> {
-    let bad = |why: &str| anyhow::anyhow!("invalid setting `--splits`: {why}, got `{spec}`");
+/// The split indices `spec` names among `available`: `all`, the first `K`, or `A..B`; an error
+/// names the flag `flag` (`--splits`, `--gap-splits`) it came from.
+fn split_range(flag: &str, spec: &str, available: usize) -> Result<std::ops::Range<usize>> {
+    let bad = |why: &str| anyhow::anyhow!("invalid setting `{flag}`: {why}, got `{spec}`");
     if spec == "all" {
         return Ok(0..available);
     }
@@ -125,7 +126,8 @@ pub fn run(args: UciArgs) -> Result<()> {
     };
     // Every data set's `--splits` is checked before the first run, not after hours of others.
     for entry in &entries {
-        split_range(&args.splits, entry.splits).map_err(|e| anyhow::anyhow!("data set `{}`: {e}", entry.name))?;
+        split_range("--splits", &args.splits, entry.splits)
+            .map_err(|e| anyhow::anyhow!("data set `{}`: {e}", entry.name))?;
     }
     let names: Vec<String> = entries.iter().map(|e| e.name.clone()).collect();
     let mut results = Vec::new();
@@ -136,12 +138,12 @@ pub fn run(args: UciArgs) -> Result<()> {
         }
         let protocol = BnnProtocol { eval_every: args.eval_every, ..args.protocol.protocol(&name, false, UCI_METHOD)? };
         if !args.gap_only {
-            let splits = split_range(&args.splits, ds.splits.len())?;
+            let splits = split_range("--splits", &args.splits, ds.splits.len())?;
             results.push(run_splits(&ds, "standard", splits, &protocol, &device)?);
         }
         if args.gap {
             let gap = ds.with_gap_splits();
-            let splits = split_range(&args.gap_splits, gap.splits.len())
+            let splits = split_range("--gap-splits", &args.gap_splits, gap.splits.len())
                 .map_err(|e| anyhow::anyhow!("data set `{name}` (gap splits, one per feature): {e}"))?;
             results.push(run_splits(&gap, "gap", splits, &protocol, &device)?);
         }
@@ -239,18 +241,21 @@ mod tests {
 
     #[test]
     fn splits_are_all_a_count_or_a_range() {
-        assert_eq!(split_range("all", 20).unwrap(), 0..20);
-        assert_eq!(split_range("5", 20).unwrap(), 0..5);
-        assert_eq!(split_range("20", 20).unwrap(), 0..20);
-        assert_eq!(split_range("5..20", 20).unwrap(), 5..20);
+        assert_eq!(split_range("--splits", "all", 20).unwrap(), 0..20);
+        assert_eq!(split_range("--splits", "5", 20).unwrap(), 0..5);
+        assert_eq!(split_range("--splits", "20", 20).unwrap(), 0..20);
+        assert_eq!(split_range("--splits", "5..20", 20).unwrap(), 5..20);
         for bad in ["0", "x", "5..5", "3..21", "a..4", "-1", "99"] {
-            let err = split_range(bad, 20).unwrap_err().to_string();
+            let err = split_range("--splits", bad, 20).unwrap_err().to_string();
             assert!(err.contains("--splits") && err.contains(bad), "{err}");
         }
         // Beyond the set's count: both numbers named.
-        let err = split_range("99", 20).unwrap_err().to_string();
+        let err = split_range("--splits", "99", 20).unwrap_err().to_string();
         assert!(err.contains("99 splits") && err.contains("has 20"), "{err}");
-        let err = split_range("3..21", 20).unwrap_err().to_string();
+        let err = split_range("--splits", "3..21", 20).unwrap_err().to_string();
         assert!(err.contains("split 21") && err.contains("20 splits"), "{err}");
+        // A bad `--gap-splits` is named as that flag, not as `--splits`.
+        let err = split_range("--gap-splits", "0", 6).unwrap_err().to_string();
+        assert!(err.contains("`--gap-splits`"), "{err}");
     }
 }
