@@ -48,7 +48,7 @@ fn parvi(args: &[&str]) -> (bool, String) {
 fn cli_rejects_bad_settings_by_name() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().to_str().unwrap();
-    let cases: [(&[&str], &str); 8] = [
+    let cases: [(&[&str], &str); 10] = [
         (&["fit", "--model", "nope", "--out", out], "unknown model `nope`"),
         (&["fit", "--model", "gaussian", "--backend", "tpu", "--out", out], "unknown backend `tpu`"),
         (&["fit", "--model", "gaussian", "--particles", "0", "--out", out], "`--particles`"),
@@ -57,6 +57,9 @@ fn cli_rejects_bad_settings_by_name() {
         (&["fit", "--model", "gaussian", "--method", "magic", "--out", out], "unknown method `magic`"),
         (&["fit", "--model", "gaussian", "--polish-kernel", "hmc", "--out", out], "`--polish-kernel`: `hmc`"),
         (&["fit", "--model", "gaussian", "--no-polish", "--polish-kernel", "mala", "--out", out], "`--polish-kernel`"),
+        // The BNN's own initialisation runs the network before any engine sees the particles.
+        (&["bnn", "--particles", "0", "--out", out], "`particles`"),
+        (&["bnn", "--method", "svgd", "--particles", "0", "--out", out], "`particles`"),
     ];
     for (args, needle) in cases {
         let (ok, stderr) = parvi(args);

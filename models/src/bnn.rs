@@ -364,6 +364,13 @@ impl Bnn {
     /// and for regression `gamma = 1 / MSE` of the initial network on up to 1000 training rows.
     /// `[n, dim]`.
     pub fn init(&self, n: usize, seed: u64, device: &Device) -> Result<Tensor<2>, ModelError> {
+        if n == 0 {
+            return Err(ModelError::InvalidParameter {
+                dist: "the BNN's initial particles",
+                name: "particles",
+                reason: "need at least one particle, got 0".into(),
+            });
+        }
         let dim = self.layout.dim();
         let mut rng = chacha20::ChaCha8Rng::seed_from_u64(seed);
         let draws: Vec<rand_distr::Normal<f64>> = self

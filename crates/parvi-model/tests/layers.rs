@@ -256,6 +256,23 @@ fn layers_refuse_bad_shapes_and_layouts_by_name() {
     assert!(reason(DenseLayer::from_layout(&layout, "w", "nope", Activation::Tanh).unwrap_err()).contains("nope"));
 }
 
+/// An empty particle matrix (a caller's zero count) gives empty outputs on every backend, fused
+/// and plain, instead of the native kernels' panic on a zero-sized chunk of particles.
+#[test]
+fn zero_particles_give_empty_outputs_not_a_panic() {
+    for (_, device) in backends() {
+        for ops in [LayerOps::Fused, LayerOps::Plain] {
+            let net = DenseStack::new(0, &[3, 4, 1], Activation::Relu, Activation::Identity).unwrap().with_ops(ops);
+            let p = Tensor::<2>::zeros([0, net.end() + 2], &device);
+            let (x, y) = (normal([5, 3], 1, DType::F32, &device), normal([5, 1], 2, DType::F32, &device));
+            assert_eq!(net.forward(p.clone(), x.clone()).dims(), [5, 0, 1]);
+            assert_eq!(net.sum_squared_residuals(p.clone(), x.clone(), y.clone()).dims(), [0, 1]);
+            let terms = net.residual_precision_terms(p, x, y, net.end(), None, &[1.0], &[-0.5], 0.1);
+            assert_eq!(terms.dims(), [0, 1]);
+        }
+    }
+}
+
 /// The networks whose residual sums are checked: one linear layer; one and two hidden layers of
 /// each activation (a one-output head above them, and a many-output layer reading one input per
 /// particle in the deeper ones); a head with an activation of its own.

@@ -217,6 +217,11 @@ impl DenseLayer {
             dim,
             self.spec.inputs
         );
+        if n == 0 {
+            // No particles, no outputs (the native kernels split their buffers by particle).
+            let b = input.dims()[0];
+            return Tensor::zeros([b, 0, self.spec.outputs], &particles.device());
+        }
         match self.ops {
             LayerOps::Fused => Tensor::from_dispatch(<Dispatch as ParticleDenseOps>::particle_dense(
                 input.into_dispatch(),
@@ -346,6 +351,9 @@ impl DenseStack {
             self.outputs(),
             self.end()
         );
+        if n == 0 {
+            return Tensor::zeros([0, 1], &particles.device());
+        }
         let all_fused = self.layers.iter().all(|l| l.ops == LayerOps::Fused);
         if all_fused && !x.is_tracked() && !y.is_tracked() {
             let stack = StackSpec { layers: self.layers.iter().map(|l| l.spec).collect() };
@@ -399,6 +407,9 @@ impl DenseStack {
             shape_coeffs.len(),
             stat_coeffs.len()
         );
+        if particles.dims()[0] == 0 {
+            return Tensor::zeros([0, 1], &particles.device());
+        }
         let all_fused = self.layers.iter().all(|l| l.ops == LayerOps::Fused);
         if !(all_fused && !x.is_tracked() && !y.is_tracked()) {
             let ssr = self.sum_squared_residuals(particles.clone(), x, y);
