@@ -303,7 +303,7 @@ fn run_with(args: BnnArgs, group: Group) -> Result<()> {
     let mut wrote = vec!["bnn_summary.json"];
     if data.features == 1 && regression.is_some() {
         let truth = toy.then_some(parvi_data::synthetic::toy_regression_truth as fn(f64) -> f64);
-        plot_bands(
+        let drawn = plot_bands(
             &data,
             &fit,
             &device,
@@ -313,7 +313,9 @@ fn run_with(args: BnnArgs, group: Group) -> Result<()> {
             ToyOverlay { truth, span: toy.then_some((-6.0, 6.0)) },
             &args.out.join("bnn_predictive.svg"),
         )?;
-        wrote.push("bnn_predictive.svg");
+        if drawn {
+            wrote.push("bnn_predictive.svg");
+        }
     }
     if let Some(calibration) = &summary.calibration {
         plot::reliability(
@@ -404,7 +406,8 @@ struct ToyOverlay {
 }
 
 /// The predictive over a grid spanning the inputs: mean, the total 90% interval (the mixture's
-/// 5% and 95% quantiles) and the epistemic band (mean +- 1.645 sd of the particles' means).
+/// 5% and 95% quantiles) and the epistemic band (the particles' means' 5% and 95% quantiles).
+/// `false` when nothing on the grid was finite and no picture was written (said as a warning).
 fn plot_bands(
     data: &Prepared,
     fit: &BnnFit,
@@ -413,7 +416,8 @@ fn plot_bands(
     method: &str,
     overlay: ToyOverlay,
     path: &std::path::Path,
-) -> Result<()> {
+) -> Result<bool> {
+    let grid_len = 200;
     let ToyOverlay { truth, span } = overlay;
     let to_x = |v: f64| v * data.norm.x_std[0] + data.norm.x_mean[0];
     let from_x = |v: f64| (v - data.norm.x_mean[0]) / data.norm.x_std[0];
@@ -426,7 +430,7 @@ fn plot_bands(
             (lo - pad, hi + pad)
         }
     };
-    let grid: Vec<f64> = (0..200).map(|i| lo + (hi - lo) * f64::from(i) / 199.0).collect();
+    let grid: Vec<f64> = (0..grid_len).map(|i| lo + (hi - lo) * f64::from(i) / f64::from(grid_len - 1)).collect();
     let x = matrix_from_vec(grid.iter().map(|&v| v as f32).collect(), grid.len(), 1, device);
     let pred = to_vec_f32(&fit.model.forward(fit.particles.positions.clone(), x));
     let weights = fit.particles.weights.as_ref().map(parvi_model::tensor_ops::to_vec_f64);
@@ -443,7 +447,7 @@ fn plot_bands(
     let mut train = points(&data.x_train, &data.y_train);
     train.extend(points(&data.x_dev, &data.y_dev));
     let grid: Vec<f64> = grid.into_iter().map(to_x).collect();
-    plot::predictive_bands(
+    let non_finite = plot::predictive_bands(
         path,
         &plot::PredictivePlot {
             title: &format!("BNN posterior predictive ({method}, {n} particles)"),
@@ -457,5 +461,22 @@ fn plot_bands(
             train: &train,
             test: &points(&data.x_test, &data.y_test),
         },
-    )
+    )?;
+    // The run's own warnings (convergence, a flat predictor) say why; the scores are written.
+    if non_finite == grid.len() {
+        eprintln!(
+            "warning: the predictive is not finite at any of the plot's {grid_len} inputs (a diverged run?): \
+             {} not drawn",
+            path.display()
+        );
+        return Ok(false);
+    }
+    if non_finite > 0 {
+        eprintln!(
+            "warning: the predictive is not finite at {non_finite} of the plot's {grid_len} inputs \
+             (a diverged run?): drawn at the edge of {}",
+            path.display()
+        );
+    }
+    Ok(true)
 }

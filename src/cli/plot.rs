@@ -153,8 +153,11 @@ pub struct PredictivePlot<'a> {
 }
 
 /// Draws a [`PredictivePlot`]: the total and epistemic bands, the mean, the true function, the
-/// training and test points, with a legend and axis labels.
-pub fn predictive_bands(path: &Path, plot: &PredictivePlot<'_>) -> Result<()> {
+/// training and test points, with a legend and axis labels. Returns how many grid inputs had a
+/// non-finite mean or interval end (a diverged run's): those are drawn at the view's edge (the
+/// mean left out there), and the caller says so. With nothing finite on the grid nothing is
+/// written and the count is the grid's length.
+pub fn predictive_bands(path: &Path, plot: &PredictivePlot<'_>) -> Result<usize> {
     let err = |e: &dyn std::fmt::Display| anyhow!("plot {}: {e}", path.display());
     let grid = plot.grid;
     let (x0, x1) = (grid.first().copied().unwrap_or(0.0), grid.last().copied().unwrap_or(1.0));
@@ -173,11 +176,20 @@ pub fn predictive_bands(path: &Path, plot: &PredictivePlot<'_>) -> Result<()> {
     } else {
         (b0, b1)
     };
-    let all_finite = plot.mean.iter().chain(plot.total.0).chain(plot.total.1).all(|v| v.is_finite());
-    if !(all_finite && y0.is_finite() && y1.is_finite() && y0 < y1) {
+    let finite_at = |i: usize| {
+        [plot.mean, plot.total.0, plot.total.1, plot.epistemic.0, plot.epistemic.1]
+            .iter()
+            .all(|ys| ys.get(i).is_some_and(|v| v.is_finite()))
+    };
+    let non_finite = (0..grid.len()).filter(|&i| !finite_at(i)).count();
+    if non_finite == grid.len() {
+        return Ok(non_finite);
+    }
+    if !(y0.is_finite() && y1.is_finite() && y0 < y1) {
         anyhow::bail!("plot {}: the predictive has no finite range to draw", path.display());
     }
-    let clip = |v: f64| v.clamp(y0, y1);
+    // +-inf clamps to the edge; NaN (an interval end with no value) is drawn at the edge too.
+    let clip = |v: f64| if v.is_nan() { y1 } else { v.clamp(y0, y1) };
     let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let mut chart = ChartBuilder::on(&root)
@@ -190,7 +202,7 @@ pub fn predictive_bands(path: &Path, plot: &PredictivePlot<'_>) -> Result<()> {
     chart.configure_mesh().x_desc(plot.x_label).y_desc(plot.y_label).draw().map_err(|e| err(&e))?;
     let band = |(lo, hi): (&[f64], &[f64])| -> Vec<(f64, f64)> {
         let upper = grid.iter().zip(hi).map(|(&x, &y)| (x, clip(y)));
-        let lower = grid.iter().zip(lo).rev().map(|(&x, &y)| (x, clip(y)));
+        let lower = grid.iter().zip(lo).rev().map(|(&x, &y)| (x, if y.is_nan() { y0 } else { clip(y) }));
         upper.chain(lower).collect()
     };
     let total_colour = RGBColor(120, 160, 230);
@@ -206,7 +218,10 @@ pub fn predictive_bands(path: &Path, plot: &PredictivePlot<'_>) -> Result<()> {
         .label("90% band of the network's mean (epistemic)")
         .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 16, y + 5)], epistemic_colour.mix(0.6).filled()));
     chart
-        .draw_series(LineSeries::new(grid.iter().zip(plot.mean).map(|(&x, &m)| (x, clip(m))), BLUE.stroke_width(2)))
+        .draw_series(LineSeries::new(
+            grid.iter().zip(plot.mean).filter(|p| p.1.is_finite()).map(|(&x, &m)| (x, clip(m))),
+            BLUE.stroke_width(2),
+        ))
         .map_err(|e| err(&e))?
         .label("predictive mean")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLUE.stroke_width(2)));
@@ -249,7 +264,7 @@ pub fn predictive_bands(path: &Path, plot: &PredictivePlot<'_>) -> Result<()> {
         .draw()
         .map_err(|e| err(&e))?;
     root.present().map_err(|e| err(&e))?;
-    Ok(())
+    Ok(non_finite)
 }
 
 /// A reliability diagram: observed against expected frequency, with the diagonal a calibrated
@@ -297,7 +312,8 @@ mod tests {
     use super::*;
 
     /// A wild predictive (half-widths of 1e30) is drawn clipped to the data, not given to the
-    /// axis as a range of 1e30 (whose ticks never finished); a non-finite one is an error.
+    /// axis as a range of 1e30 (whose ticks never finished); a partly non-finite one is drawn and
+    /// its bad inputs counted; one with nothing finite is not drawn.
     #[test]
     fn a_wild_predictive_is_clipped_to_the_data() {
         let dir = tempfile::tempdir().unwrap();
@@ -317,9 +333,21 @@ mod tests {
             train: &points,
             test: &[],
         };
-        predictive_bands(&path, &plot).unwrap();
+        assert_eq!(predictive_bands(&path, &plot).unwrap(), 0);
         assert!(std::fs::read_to_string(&path).unwrap().contains("<svg"));
+        // Nothing finite: nothing written, the whole grid counted.
         let nan = vec![f64::NAN; 50];
-        assert!(predictive_bands(&path, &PredictivePlot { mean: &nan, total: (&nan, &nan), ..plot }).is_err());
+        let empty = dir.path().join("empty.svg");
+        assert_eq!(predictive_bands(&empty, &PredictivePlot { mean: &nan, total: (&nan, &nan), ..plot }).unwrap(), 50);
+        assert!(!empty.exists());
+        // A diverged run's predictive, infinite or undefined at some inputs: drawn, and counted.
+        let mut some_bad = lo.clone();
+        some_bad[3] = f64::NEG_INFINITY;
+        some_bad[7] = f64::NAN;
+        let mut mean = zero.clone();
+        mean[7] = f64::NAN;
+        let partial = PredictivePlot { mean: &mean, total: (&some_bad, &hi), ..plot };
+        assert_eq!(predictive_bands(&path, &partial).unwrap(), 2);
+        assert!(std::fs::read_to_string(&path).unwrap().contains("<svg"));
     }
 }
