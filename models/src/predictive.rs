@@ -140,10 +140,19 @@ impl Mixture {
     /// one scalar read: the later of the 60 steps would not move it, and each evaluates the
     /// mixture's CDF over `[particles, rows]` (the protein test set's 4,573 rows and 100
     /// particles took a second's `erf`s for three levels).
+    ///
+    /// The bracket comes from the components whose extreme points are finite: one with an
+    /// infinite noise sd (a zero precision, which a diverged draw can have) has CDF 1/2 at every
+    /// finite `y`, one with an infinite mean 0 or 1, so neither bounds a finite quantile, and
+    /// with their points in the bracket every midpoint would be NaN. A row with no such
+    /// component has no finite quantile: NaN.
     pub fn quantile(&self, p: f64) -> Tensor<1> {
         let spread = self.noise_sd.clone().mul_scalar(8.0);
-        let mut lo = (self.means.clone() - spread.clone()).min_dim(0).squeeze_dim::<1>(0);
-        let mut hi = (self.means.clone() + spread).max_dim(0).squeeze_dim::<1>(0);
+        let (low, high) = (self.means.clone() - spread.clone(), self.means.clone() + spread);
+        let unbounded = low.clone().is_finite().bool_and(high.clone().is_finite()).bool_not();
+        let mut lo = low.mask_fill(unbounded.clone(), f32::MAX).min_dim(0).squeeze_dim::<1>(0);
+        let mut hi = high.mask_fill(unbounded, f32::MIN).max_dim(0).squeeze_dim::<1>(0);
+        let no_bracket = lo.clone().greater(hi.clone());
         let floor = self.noise_sd.clone().min().reshape([1]);
         for step in 1..=QUANTILE_STEPS {
             let mid = (lo.clone() + hi.clone()).mul_scalar(0.5);
@@ -154,7 +163,7 @@ impl Mixture {
                 break;
             }
         }
-        (lo + hi).mul_scalar(0.5)
+        (lo + hi).mul_scalar(0.5).mask_fill(no_bracket, f32::NAN)
     }
 }
 
@@ -332,6 +341,40 @@ mod tests {
         for (level, q) in RegressionPredictive::LEVELS.iter().zip(&p.quantiles) {
             assert!((cdf(q[0]) - level).abs() < 1e-4, "level {level}: F({}) = {}", q[0], cdf(q[0]));
         }
+    }
+
+    /// A diverged draw (an infinite noise sd, or an infinite mean) among finite ones leaves the
+    /// quantiles finite where the others bound them: the mixture's CDF at each is the level
+    /// (the infinite-sd component adds its constant 1/2 times its weight); a row whose every
+    /// component is unbounded has no finite quantile, and says NaN.
+    #[test]
+    fn a_diverged_component_leaves_the_quantiles_finite() {
+        let d = device();
+        // Three components, rows as columns: N(0, 1), N(1, inf), N(inf or 2, 1) with weights
+        // 0.49, 0.02, 0.49; row 1 has its third component at +inf.
+        let means = t2(&[0.0, 0.0, 1.0, 1.0, 2.0, f64::INFINITY], 3, 2, &d);
+        let sd = t1(&[1.0, f64::INFINITY, 1.0], &d);
+        let p = RegressionPredictive::from_mixture(means, sd, t1(&[0.49, 0.02, 0.49], &d));
+        let phi = |z: f64| 0.5 * (1.0 + erf_reference(z / std::f64::consts::SQRT_2));
+        // The infinite-sd component adds 0.02 * 1/2; row 1's infinite mean adds nothing.
+        let cdf = |row: usize, y: f64| 0.49 * phi(y) + 0.01 + if row == 0 { 0.49 * phi(y - 2.0) } else { 0.0 };
+        for (level, q) in RegressionPredictive::LEVELS.iter().zip(&p.quantiles) {
+            for (row, &q) in q.iter().enumerate() {
+                // Row 1's CDF stays below 0.5 at every finite y (it reaches 0.5 in f32 past 5
+                // sd): its 95% quantile is +inf, which the bisection's bracket (the finite
+                // component's 8 sd) reports as its top.
+                if *level > 0.9 && row == 1 {
+                    assert!(q.is_finite() && q >= 7.9, "level {level} row {row}: {}", q);
+                    continue;
+                }
+                assert!(q.is_finite(), "level {level} row {row}: {}", q);
+                let f = cdf(row, q);
+                assert!((f - level).abs() < 1e-4, "level {level} row {row}: F({}) = {f}", q);
+            }
+        }
+        // No bounded component at all: NaN, not a number made up.
+        let lost = RegressionPredictive::from_mixture(t2(&[0.0], 1, 1, &d), t1(&[f64::INFINITY], &d), t1(&[1.0], &d));
+        assert!(lost.quantiles.iter().all(|q| q[0].is_nan()), "{:?}", lost.quantiles);
     }
 
     /// The quantiles of the means alone: weighted order statistics, inside the means' range.
