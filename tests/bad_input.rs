@@ -48,7 +48,7 @@ fn parvi(args: &[&str]) -> (bool, String) {
 fn cli_rejects_bad_settings_by_name() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().to_str().unwrap();
-    let cases: [(&[&str], &str); 10] = [
+    let cases: [(&[&str], &str); 13] = [
         (&["fit", "--model", "nope", "--out", out], "unknown model `nope`"),
         (&["fit", "--model", "gaussian", "--backend", "tpu", "--out", out], "unknown backend `tpu`"),
         (&["fit", "--model", "gaussian", "--particles", "0", "--out", out], "`--particles`"),
@@ -60,6 +60,10 @@ fn cli_rejects_bad_settings_by_name() {
         // The BNN's own initialisation runs the network before any engine sees the particles.
         (&["bnn", "--particles", "0", "--out", out], "`particles`"),
         (&["bnn", "--method", "svgd", "--particles", "0", "--out", out], "`particles`"),
+        // A step size for a method that has its own steps is refused, not ignored.
+        (&["bnn", "--method", "sgld", "--lr", "1e-4", "--out", out], "`--lr`"),
+        (&["bnn", "--method", "nuts", "--lr", "1e-4", "--out", out], "`--lr`"),
+        (&["fit", "--model", "gaussian", "--method", "pathfinder", "--lr", "0.1", "--out", out], "`--lr`"),
     ];
     for (args, needle) in cases {
         let (ok, stderr) = parvi(args);

@@ -112,8 +112,10 @@ impl ProtocolArgs {
         // The method and its options are checked here, before any data is read.
         if method == NUTS {
             nuts_settings(&options, self.seed)?;
+            super::method::refuse_unused_lr(&method, None, self.lr)?;
         } else {
-            method_config(&method, &options)?;
+            let config = method_config(&method, &options)?;
+            super::method::refuse_unused_lr(&method, Some(&config), self.lr)?;
         }
         Ok(BnnProtocol {
             method,

@@ -322,6 +322,7 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
     let mut options = args.options.clone().unwrap_or_default();
     options.extend(parse_options(&args.opt)?);
     let spec = engine_spec(&method, &options, kernel, adapter)?;
+    super::method::refuse_unused_lr(&method, Some(&spec.method), args.lr)?;
     // Built here too, so that bad options are refused before any output directory is made.
     spec.build()?;
     if args.checkpoint_every == Some(0) {

@@ -18,6 +18,18 @@ use parvi_infer::{AdapterConfig, EngineSpec, KernelConfig, MethodConfig};
 use serde::Deserialize;
 
 /// The method `name` with its options (`--opt`, or a config file's `[options]` table).
+/// An error when a step size was given (`--lr`) to a method without the shared step-size rule,
+/// which would ignore it.
+pub fn refuse_unused_lr(name: &str, config: Option<&MethodConfig>, lr: Option<f64>) -> Result<()> {
+    if lr.is_some() && config.is_none_or(|c| !c.config().uses_step_rule()) {
+        bail!(
+            "invalid setting `--lr`: method `{name}` does not step with the shared step-size rule, so \
+             `--lr` would be ignored (its own step settings, if any, go in `--opt`; see its options)"
+        );
+    }
+    Ok(())
+}
+
 pub fn method_config(name: &str, options: &toml::Table) -> Result<MethodConfig> {
     // An unknown name is an error listing the known ones.
     MethodConfig::default_for(name)?;

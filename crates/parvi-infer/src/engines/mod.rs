@@ -35,4 +35,11 @@ pub use svgd::{Svgd, SvgdConfig};
 pub trait EngineConfig {
     /// The engine, or an error naming the setting that does not apply.
     fn build(&self, kernel: &KernelConfig, adapter: &AdapterConfig) -> Result<Box<dyn Engine>, InferError>;
+
+    /// Whether the engine steps with the shared step-size rule (`build`'s `adapter`): `false`
+    /// for a method with steps of its own (SGLD's schedule, Pathfinder's line search, greedy
+    /// points), for which a user's step size is refused by name rather than ignored.
+    fn uses_step_rule(&self) -> bool {
+        true
+    }
 }

@@ -1024,4 +1024,8 @@ impl EngineConfig for PathfinderConfig {
     fn build(&self, _kernel: &KernelConfig, _adapter: &AdapterConfig) -> Result<Box<dyn Engine>, InferError> {
         Ok(Box::new(Pathfinder::new(self)?))
     }
+
+    fn uses_step_rule(&self) -> bool {
+        false
+    }
 }

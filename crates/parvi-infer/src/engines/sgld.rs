@@ -442,6 +442,10 @@ impl EngineConfig for SgldConfig {
     fn build(&self, _kernel: &KernelConfig, _adapter: &AdapterConfig) -> Result<Box<dyn Engine>, InferError> {
         Ok(Box::new(Sgld::new(self)?))
     }
+
+    fn uses_step_rule(&self) -> bool {
+        false
+    }
 }
 
 /// `sgld-r`'s options: SGLD's, with kernel repulsion between the chains (an RBF kernel, median
@@ -451,6 +455,10 @@ impl EngineConfig for SgldConfig {
 pub struct RepulsiveSgldConfig(pub SgldConfig);
 
 impl EngineConfig for RepulsiveSgldConfig {
+    fn uses_step_rule(&self) -> bool {
+        false
+    }
+
     fn build(&self, kernel: &KernelConfig, _adapter: &AdapterConfig) -> Result<Box<dyn Engine>, InferError> {
         match kernel {
             KernelConfig::Rbf { bandwidth } => Ok(Box::new(Sgld::with_repulsion(&self.0, *bandwidth)?)),

@@ -271,4 +271,8 @@ impl EngineConfig for SteinPointsConfig {
         kernel.require_radial("stein-points", "its Stein kernel is built from a radial kernel's profile")?;
         Ok(Box::new(SteinPoints::new(self.clone(), kernel.build()?)?))
     }
+
+    fn uses_step_rule(&self) -> bool {
+        false
+    }
 }
