@@ -17,9 +17,9 @@ use anyhow::{Context, Result, bail};
 use parvi_infer::{AdapterConfig, EngineSpec, KernelConfig, MethodConfig};
 use serde::Deserialize;
 
-/// The method `name` with its options (`--opt`, or a config file's `[options]` table).
 /// An error when a step size was given (`--lr`) to a method without the shared step-size rule,
-/// which would ignore it.
+/// which would ignore it; `config` is `None` for a method outside the registry (NUTS, whose
+/// step size adapts).
 pub fn refuse_unused_lr(name: &str, config: Option<&MethodConfig>, lr: Option<f64>) -> Result<()> {
     if lr.is_some() && config.is_none_or(|c| !c.config().uses_step_rule()) {
         bail!(
@@ -30,6 +30,7 @@ pub fn refuse_unused_lr(name: &str, config: Option<&MethodConfig>, lr: Option<f6
     Ok(())
 }
 
+/// The method `name` with its options (`--opt`, or a config file's `[options]` table).
 pub fn method_config(name: &str, options: &toml::Table) -> Result<MethodConfig> {
     // An unknown name is an error listing the known ones.
     MethodConfig::default_for(name)?;
