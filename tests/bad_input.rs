@@ -48,7 +48,7 @@ fn parvi(args: &[&str]) -> (bool, String) {
 fn cli_rejects_bad_settings_by_name() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().to_str().unwrap();
-    let cases: [(&[&str], &str); 13] = [
+    let cases: [(&[&str], &str); 14] = [
         (&["fit", "--model", "nope", "--out", out], "unknown model `nope`"),
         (&["fit", "--model", "gaussian", "--backend", "tpu", "--out", out], "unknown backend `tpu`"),
         (&["fit", "--model", "gaussian", "--particles", "0", "--out", out], "`--particles`"),
@@ -64,6 +64,7 @@ fn cli_rejects_bad_settings_by_name() {
         (&["bnn", "--method", "sgld", "--lr", "1e-4", "--out", out], "`--lr`"),
         (&["bnn", "--method", "nuts", "--lr", "1e-4", "--out", out], "`--lr`"),
         (&["fit", "--model", "gaussian", "--method", "pathfinder", "--lr", "0.1", "--out", out], "`--lr`"),
+        (&["bnn", "--iters", "0", "--out", out], "`--iters`"),
     ];
     for (args, needle) in cases {
         let (ok, stderr) = parvi(args);

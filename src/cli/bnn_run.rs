@@ -117,6 +117,11 @@ impl ProtocolArgs {
             let config = method_config(&method, &options)?;
             super::method::refuse_unused_lr(&method, Some(&config), self.lr)?;
         }
+        // No steps would report the initial particles (draws from the initialisation) as the
+        // posterior.
+        if self.iters == Some(0) {
+            anyhow::bail!("invalid setting `--iters`: need at least one step, got 0");
+        }
         Ok(BnnProtocol {
             method,
             particles: self.particles,
