@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use clap::Args;
 use parvi_data::{DevSplit, Task, prepare};
 use parvi_models::predictive::RegressionCalibration;
@@ -186,7 +186,8 @@ fn run_splits(
     let mut rows = Vec::with_capacity(splits.len());
     for split in splits {
         let data = prepare(ds, split, DevSplit::Reference)?;
-        let fit = fit_split(&data, protocol, parvi_models::BnnTask::Regression, device, true, &None)?;
+        let fit = fit_split(&data, protocol, parvi_models::BnnTask::Regression, device, true, &None)
+            .with_context(|| format!("data set `{name}`, {kind} split {split}"))?;
         let (score, calibration) = fit.regression()?;
         let calibration = calibration.cloned().unwrap_or(RegressionCalibration {
             coverage_90: f64::NAN,
