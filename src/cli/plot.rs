@@ -188,8 +188,8 @@ pub fn predictive_bands(path: &Path, plot: &PredictivePlot<'_>) -> Result<usize>
     if !(y0.is_finite() && y1.is_finite() && y0 < y1) {
         anyhow::bail!("plot {}: the predictive has no finite range to draw", path.display());
     }
-    // +-inf clamps to the edge; NaN (an interval end with no value) is drawn at the edge too.
-    let clip = |v: f64| if v.is_nan() { y1 } else { v.clamp(y0, y1) };
+    // +-inf clamps to the edge; a NaN interval end is drawn at its own side's edge.
+    let clip = |v: f64, nan_at: f64| if v.is_nan() { nan_at } else { v.clamp(y0, y1) };
     let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let mut chart = ChartBuilder::on(&root)
@@ -201,8 +201,8 @@ pub fn predictive_bands(path: &Path, plot: &PredictivePlot<'_>) -> Result<usize>
         .map_err(|e| err(&e))?;
     chart.configure_mesh().x_desc(plot.x_label).y_desc(plot.y_label).draw().map_err(|e| err(&e))?;
     let band = |(lo, hi): (&[f64], &[f64])| -> Vec<(f64, f64)> {
-        let upper = grid.iter().zip(hi).map(|(&x, &y)| (x, clip(y)));
-        let lower = grid.iter().zip(lo).rev().map(|(&x, &y)| (x, if y.is_nan() { y0 } else { clip(y) }));
+        let upper = grid.iter().zip(hi).map(|(&x, &y)| (x, clip(y, y1)));
+        let lower = grid.iter().zip(lo).rev().map(|(&x, &y)| (x, clip(y, y0)));
         upper.chain(lower).collect()
     };
     let total_colour = RGBColor(120, 160, 230);
@@ -219,7 +219,7 @@ pub fn predictive_bands(path: &Path, plot: &PredictivePlot<'_>) -> Result<usize>
         .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 16, y + 5)], epistemic_colour.mix(0.6).filled()));
     chart
         .draw_series(LineSeries::new(
-            grid.iter().zip(plot.mean).filter(|p| p.1.is_finite()).map(|(&x, &m)| (x, clip(m))),
+            grid.iter().zip(plot.mean).filter(|p| p.1.is_finite()).map(|(&x, &m)| (x, m.clamp(y0, y1))),
             BLUE.stroke_width(2),
         ))
         .map_err(|e| err(&e))?
