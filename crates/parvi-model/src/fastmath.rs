@@ -105,6 +105,82 @@ pub fn has_avx2_fma() -> bool {
     false
 }
 
+/// The widest vector instructions that this CPU has and that the hot loops are compiled for,
+/// chosen at run time: the build itself targets plain x86-64 (SSE2, four `f32` lanes), so that
+/// one binary runs on any x86-64 machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Simd {
+    /// AVX-512 (16 `f32` lanes), with AVX2 and FMA (the kernel tiles: 20% faster per pair than
+    /// AVX2 on an AMD EPYC).
+    Avx512,
+    /// AVX2 (8 lanes) with fused multiply-adds.
+    Avx2,
+    /// What the build targets (SSE2 on x86-64), without FMA.
+    Baseline,
+}
+
+impl Simd {
+    /// The widest level this CPU runs (the standard library caches the CPU's features, so
+    /// this is a few loads).
+    #[inline]
+    pub fn detect() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        if has_avx2_fma() {
+            return if std::arch::is_x86_feature_detected!("avx512f") { Simd::Avx512 } else { Simd::Avx2 };
+        }
+        Simd::Baseline
+    }
+
+    /// This one and every narrower one (for tests that compare the levels).
+    pub fn with_narrower(self) -> Vec<Simd> {
+        match self {
+            Simd::Avx512 => vec![Simd::Avx512, Simd::Avx2, Simd::Baseline],
+            Simd::Avx2 => vec![Simd::Avx2, Simd::Baseline],
+            Simd::Baseline => vec![Simd::Baseline],
+        }
+    }
+
+    /// `kernel.run()` compiled for this level's instructions: its loops (inlined into `run`,
+    /// so mark their helpers `#[inline(always)]`) run as many lanes as the level has. Rust
+    /// never fuses a multiply and an add on its own, so unless the kernel calls `mul_add` its
+    /// results are the baseline's to the bit; only the width changes. A level this CPU lacks
+    /// runs the baseline. (A trait and not a closure: a closure's body is a function of its
+    /// own that LLVM need not inline into the wider caller, and then runs at the baseline.)
+    #[inline(always)]
+    pub fn vectorise<K: Vectorised>(self, kernel: K) -> K::Output {
+        match self {
+            // SAFETY: the CPU has the level's features (checked by `detect` on the spot).
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx512 if Simd::detect() == Simd::Avx512 => unsafe { run_avx512(kernel) },
+            // SAFETY: as above.
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx2 if has_avx2_fma() => unsafe { run_avx2(kernel) },
+            _ => kernel.run(),
+        }
+    }
+}
+
+/// A loop nest to run as wide as the CPU allows ([`Simd::vectorise`]). Implement `run` with
+/// `#[inline(always)]`: it is compiled once for each level.
+pub trait Vectorised {
+    /// What the kernel returns.
+    type Output;
+    /// The kernel's work.
+    fn run(self) -> Self::Output;
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+fn run_avx512<K: Vectorised>(kernel: K) -> K::Output {
+    kernel.run()
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn run_avx2<K: Vectorised>(kernel: K) -> K::Output {
+    kernel.run()
+}
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 fn exp_scaled_avx2(values: &mut [f32], scale: f32) {

@@ -2,6 +2,7 @@
 //! scaling and a learning-rate schedule. State is saved into [`EngineState`] under a prefix.
 
 use burn::tensor::{DType, Device, Tensor, TensorData};
+use parvi_model::fastmath::{Simd, Vectorised};
 use parvi_model::tensor_ops::{is_cpu, to_vec_f32};
 use serde::{Deserialize, Serialize};
 
@@ -269,21 +270,50 @@ impl AdagradMomentum {
             Ok(g) => g,
             Err(_) => return self.delta_tensor(Tensor::from_data(data.clone(), &device), lr),
         };
-        let (alpha, rest, fudge, lr) = (self.alpha as f32, (1.0 - self.alpha) as f32, self.fudge as f32, lr as f32);
-        let hist = match self.hist.take() {
+        let previous = self.hist.take().map(|previous| match previous {
+            History::Host { values, .. } => values,
+            History::Tensor(t) => to_vec_f32(&t),
+        });
+        let pass = AdagradPass {
+            g,
+            previous,
+            alpha: self.alpha as f32,
+            rest: (1.0 - self.alpha) as f32,
+            fudge: self.fudge as f32,
+            lr: lr as f32,
+        };
+        let (hist, delta) = Simd::detect().vectorise(pass);
+        self.hist = Some(History::Host { values: hist, shape, device: device.clone() });
+        Tensor::from_data(TensorData::new(delta, shape), &device)
+    }
+}
+
+/// AdaGrad with momentum over host `f32` values: the new history from the previous one (the
+/// first step's is `g^2`) and the displacement, as wide as the CPU allows (a square root and a
+/// division an entry; the same numbers at every width).
+struct AdagradPass<'a> {
+    g: &'a [f32],
+    previous: Option<Vec<f32>>,
+    alpha: f32,
+    rest: f32,
+    fudge: f32,
+    lr: f32,
+}
+
+impl Vectorised for AdagradPass<'_> {
+    type Output = (Vec<f32>, Vec<f32>);
+    #[inline(always)]
+    fn run(self) -> Self::Output {
+        let Self { g, previous, alpha, rest, fudge, lr } = self;
+        let hist = match previous {
             None => g.iter().map(|g| g * g).collect(),
-            Some(previous) => {
-                let mut hist = match previous {
-                    History::Host { values, .. } => values,
-                    History::Tensor(t) => to_vec_f32(&t),
-                };
+            Some(mut hist) => {
                 hist.iter_mut().zip(g).for_each(|(h, g)| *h = *h * alpha + g * g * rest);
                 hist
             }
         };
         let delta: Vec<f32> = g.iter().zip(&hist).map(|(g, h)| g / (h.sqrt() + fudge) * lr).collect();
-        self.hist = Some(History::Host { values: hist, shape, device: device.clone() });
-        Tensor::from_data(TensorData::new(delta, shape), &device)
+        (hist, delta)
     }
 }
 

@@ -15,7 +15,7 @@
 //! the tiles `I <= J` of the symmetric kernel matrix, points centred on their mean.
 
 use burn::tensor::{Tensor, TensorData};
-use parvi_model::fastmath::{exp_f32, exp_f32_fma, exp_scaled_in_place, has_avx2_fma};
+use parvi_model::fastmath::{Simd, exp_f32, exp_f32_fma, exp_scaled_in_place};
 use parvi_model::strided_gemm::{Operand, gemm};
 use parvi_model::tensor_ops::{median_by_selection, to_vec_f32};
 
@@ -305,37 +305,6 @@ fn sampled_median(set: &HostSet, pairs: usize, seed: u64) -> f32 {
         })
         .collect();
     median_by_selection(&mut values).unwrap_or(0.0)
-}
-
-/// The widest vector instructions the fused tiles are compiled for that this CPU has.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Simd {
-    /// 16 lanes (measured 20% faster per pair than AVX2 on this project's AMD EPYC).
-    Avx512,
-    /// 8 lanes with fused multiply-adds.
-    Avx2,
-    /// What the build targets (SSE2 on x86-64), without FMA.
-    Baseline,
-}
-
-impl Simd {
-    fn detect() -> Self {
-        #[cfg(target_arch = "x86_64")]
-        if has_avx2_fma() {
-            return if std::arch::is_x86_feature_detected!("avx512f") { Simd::Avx512 } else { Simd::Avx2 };
-        }
-        Simd::Baseline
-    }
-
-    /// This one and every narrower one.
-    #[cfg(test)]
-    fn with_narrower(self) -> Vec<Simd> {
-        match self {
-            Simd::Avx512 => vec![Simd::Avx512, Simd::Avx2, Simd::Baseline],
-            Simd::Avx2 => vec![Simd::Avx2, Simd::Baseline],
-            Simd::Baseline => vec![Simd::Baseline],
-        }
-    }
 }
 
 /// A worker's buffers for the fused tiles: a row of the tile, and the column block's sums over
