@@ -730,23 +730,31 @@ fn one_output_pass<T: Real>(
     out: &mut [T],
     slope: impl Fn(T, T) -> T,
 ) {
-    let h = spec.inputs;
-    let mut bias = vec![T::ZERO; n * h];
-    for (a_rows, g_row) in a.chunks_exact_mut(n * h).zip(g.chunks_exact(n)) {
-        for (i, (a_i, &gi)) in a_rows.chunks_exact_mut(h).zip(g_row).enumerate() {
-            let w = &p[i * dim + spec.offset..][..h];
-            let dw = &mut out[i * dim + spec.offset..][..h];
-            let db = &mut bias[i * h..][..h];
-            for (((av, &wv), d), s) in a_i.iter_mut().zip(w).zip(dw.iter_mut()).zip(db.iter_mut()) {
-                *d += gi * *av;
-                let lower = slope(*av, gi * wv);
-                *av = lower;
-                *s += lower;
-            }
+    let (h, width) = (spec.inputs, n * spec.inputs);
+    if width == 0 {
+        return;
+    }
+    // Each row of `a` is one loop of `n h` entries, with every particle's weights side by side
+    // and the row's `g[r, i]` spread over particle `i`'s units: one long loop a row where a
+    // loop a particle ran `h` entries (50 in the Boston BNN: three 16-lane vectors and a scalar
+    // remainder, twenty times a row).
+    let w: Vec<T> = (0..n).flat_map(|i| p[i * dim + spec.offset..][..h].iter().copied()).collect();
+    let (mut dw, mut bias, mut spread) = (vec![T::ZERO; width], vec![T::ZERO; width], vec![T::ZERO; width]);
+    for (a_row, g_row) in a.chunks_exact_mut(width).zip(g.chunks_exact(n)) {
+        for (units, &gi) in spread.chunks_exact_mut(h).zip(g_row) {
+            units.fill(gi);
+        }
+        let entries = a_row.iter_mut().zip(&spread).zip(&w).zip(dw.iter_mut()).zip(bias.iter_mut());
+        for ((((av, &gi), &wv), d), s) in entries {
+            *d += gi * *av;
+            let lower = slope(*av, gi * wv);
+            *av = lower;
+            *s += lower;
         }
     }
-    for (i, unit) in bias.chunks_exact(h).enumerate() {
-        out[i * dim + below.bias_offset()..][..h].copy_from_slice(unit);
+    for (i, (grads, sums)) in dw.chunks_exact(h).zip(bias.chunks_exact(h)).enumerate() {
+        out[i * dim + spec.offset..][..h].iter_mut().zip(grads).for_each(|(o, &v)| *o += v);
+        out[i * dim + below.bias_offset()..][..h].copy_from_slice(sums);
     }
 }
 
