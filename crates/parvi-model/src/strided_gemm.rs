@@ -68,12 +68,34 @@ pub fn gemm<T: GemmScalar>(
     }
     // SAFETY: every element the three (start, strides, extent) triples address lies inside its
     // slice (checked above); `out` is borrowed mutably, so it overlaps neither operand.
+    unsafe { raw_product(m, k, n, lhs, rhs, scale, out.as_mut_ptr().add(start), (row_stride, col_stride), accumulate) };
+}
+
+/// The `gemm` crate's product on one thread: `dst = accumulate * dst + scale lhs rhs`.
+///
+/// # Safety
+/// `lhs` and `rhs` fit their slices ([`Operand::fits`]) and `dst` addresses `m x n` writable
+/// elements at `(row_stride, col_stride)`, overlapping neither operand; they are read only
+/// when `accumulate`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn raw_product<T: GemmScalar>(
+    m: usize,
+    k: usize,
+    n: usize,
+    lhs: Operand<'_, T>,
+    rhs: Operand<'_, T>,
+    scale: T,
+    dst: *mut T,
+    (row_stride, col_stride): (usize, usize),
+    accumulate: bool,
+) {
+    // SAFETY: the caller's contract above is `gemm::gemm`'s.
     unsafe {
         gemm::gemm(
             m,
             n,
             k,
-            out.as_mut_ptr().add(start),
+            dst,
             col_stride as isize,
             row_stride as isize,
             accumulate,
@@ -117,27 +139,7 @@ pub fn gemm_new<T: GemmScalar>(
     // it (its `alpha` is set to zero and the kernels store `beta * acc`), so all `len`
     // elements are initialised when `set_len` makes them visible.
     unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            out.as_mut_ptr(),
-            1,
-            n as isize,
-            false,
-            lhs.values.as_ptr().add(lhs.start),
-            lhs.col_stride as isize,
-            lhs.row_stride as isize,
-            rhs.values.as_ptr().add(rhs.start),
-            rhs.col_stride as isize,
-            rhs.row_stride as isize,
-            T::ZERO,
-            scale,
-            false,
-            false,
-            false,
-            gemm::Parallelism::None,
-        );
+        raw_product(m, k, n, lhs, rhs, scale, out.as_mut_ptr(), (n, 1), false);
         out.set_len(len);
     }
     out
