@@ -75,8 +75,8 @@ pub fn gemm<T: GemmScalar>(
 ///
 /// # Safety
 /// `lhs` and `rhs` fit their slices ([`Operand::fits`]) and `dst` addresses `m x n` writable
-/// elements at `(row_stride, col_stride)`, overlapping neither operand; they are read only
-/// when `accumulate`.
+/// elements at `(row_stride, col_stride)`, overlapping neither operand; those elements are
+/// read only when `accumulate`.
 #[allow(clippy::too_many_arguments)]
 unsafe fn raw_product<T: GemmScalar>(
     m: usize,

@@ -280,6 +280,7 @@ impl<T: Real> Vectorised for Activate<'_, T> {
     fn run(self) {
         let (out, bias) = (self.out, self.bias);
         match self.activation {
+            Activation::Identity if bias.is_none() => {}
             Activation::Identity => add_and_map(out, bias, |v| v),
             // A select, not a branch: the signs are random and a branch mispredicts half the
             // time. NaN stays NaN (it is not below zero), as in burn's relu.
@@ -353,9 +354,6 @@ fn params_grad<T: Real>(
 fn pre_grad_and_bias_into<T: Real>(output: &[T], grad: &mut [T], n: usize, dim: usize, spec: DenseSpec, out: &mut [T]) {
     let o = spec.outputs;
     let mut bias = vec![T::ZERO; n * o];
-    if n * o == 0 {
-        return;
-    }
     Simd::detect().vectorise(PreGradAndBias { output, grad, activation: spec.activation, bias: &mut bias });
     for (i, unit) in bias.chunks_exact(o).enumerate() {
         out[i * dim + spec.bias_offset()..][..o].copy_from_slice(unit);
@@ -384,7 +382,7 @@ fn weights_grad_into<T: Real>(
         let xt = Operand { values: input.values, start: 0, row_stride: 1, col_stride: k };
         let gv = Operand { values: g, start: 0, row_stride: n * o, col_stride: 1 };
         let dwt = gemm_new(k, b, n * o, xt, gv, T::ONE);
-        for (i, block) in out.chunks_exact_mut(dim).enumerate().take(n) {
+        for (i, block) in out.chunks_exact_mut(dim).enumerate() {
             let block = &mut block[spec.offset..][..len];
             for (u, row) in block.chunks_exact_mut(k).enumerate() {
                 row.iter_mut().zip(dwt[i * o + u..].iter().step_by(n * o)).for_each(|(d, &v)| *d = v);
@@ -815,6 +813,9 @@ impl<T: Real> Vectorised for PreGradAndBias<'_, T> {
     #[inline(always)]
     fn run(self) {
         let width = self.bias.len();
+        if width == 0 {
+            return;
+        }
         for (g_row, a_row) in self.grad.chunks_exact_mut(width).zip(self.output.chunks_exact(width)) {
             pre_grad_in_place(a_row, g_row, self.activation);
             self.bias.iter_mut().zip(g_row.iter()).for_each(|(acc, &v)| *acc += v);
