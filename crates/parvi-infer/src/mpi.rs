@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use mpi::collective::SystemOperation;
-use mpi::datatype::PartitionMut;
 use mpi::environment::Universe;
+use mpi::ffi;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::{Communicator, CommunicatorCollectives};
 
@@ -69,12 +69,31 @@ impl Collective for MpiCollective {
             displs.push(at);
             at = at.checked_add(v).ok_or_else(too_many)?;
         }
-        let mut all = vec![0f32; at as usize];
+        // Uninitialised: MPI writes every one of the `at` values (the counts tile `0..at`), and
+        // zeroing 17 MB first (the protein BNN's `[100, 42,403]`) cost a rank about a
+        // millisecond a gather, twice a step.
+        let mut all: Vec<f32> = Vec::with_capacity(at as usize);
         let started = Instant::now();
-        {
-            let mut partition = PartitionMut::new(&mut all[..], &values[..], &displs[..]);
-            SimpleCommunicator::world().all_gather_varcount_into(local, &mut partition);
+        // SAFETY: `local` holds `values[rank]` floats (`check_gather`); `all` has room for `at`
+        // floats at the displacements `displs`, which tile `0..at` without overlap, so after
+        // the call every value up to `at` is written and the length may be set.
+        let code = unsafe {
+            ffi::MPI_Allgatherv(
+                local.as_ptr().cast(),
+                values[self.rank],
+                ffi::RSMPI_FLOAT,
+                all.as_mut_ptr().cast(),
+                values.as_ptr(),
+                displs.as_ptr(),
+                ffi::RSMPI_FLOAT,
+                ffi::RSMPI_COMM_WORLD,
+            )
+        };
+        if code != ffi::MPI_SUCCESS as i32 {
+            return Err(InferError::setting("distributed", format!("MPI_Allgatherv failed with MPI error {code}")));
         }
+        // SAFETY: see above; MPI returned success, so the `at` values are written.
+        unsafe { all.set_len(at as usize) };
         self.nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         Ok(all)
     }
