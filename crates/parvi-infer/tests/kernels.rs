@@ -145,15 +145,17 @@ fn row_blocks_make_up_the_whole_direction() {
 /// below and above the dense limit, for each kernel that works in blocks (the RBF's one-product
 /// form and the IMQ's general one). The ranks are threads exchanging through shared slots; the
 /// median comes from the gathered blocks (a median from one block alone gives another
-/// bandwidth and fails this).
+/// bandwidth and fails this). With 200 coordinates for 37 particles (at most 5 ranks: `K n <=
+/// d`) the distances come from the Gram matrix split by coordinates (a rank's columns alone
+/// give other distances and fail this).
 #[test]
 fn sharded_rows_make_up_the_whole_direction() {
     use parvi_infer::core::shard::ParticleShard;
     use parvi_infer::kernels::svgd_direction_at_shard;
-    for n in [37, DENSE_MAX_POINTS + 44] {
+    for (n, dim) in [(37, 3), (DENSE_MAX_POINTS + 44, 3), (37, 200)] {
         let points = || {
-            let x = normal_points(n, 3, 5).mul_scalar(1.5).add_scalar(4.0);
-            let s = x.clone().neg().add_scalar(3.0) + normal_points(n, 3, 6).mul_scalar(0.3);
+            let x = normal_points(n, dim, 5).mul_scalar(1.5).add_scalar(4.0);
+            let s = x.clone().neg().add_scalar(3.0) + normal_points(n, dim, 6).mul_scalar(0.3);
             (x, s)
         };
         let kernels = || -> [Box<dyn Kernel>; 3] {
@@ -174,7 +176,7 @@ fn sharded_rows_make_up_the_whole_direction() {
                 let gap = relative_gap(&rows.concat(), &whole);
                 assert!(
                     gap < 2e-5,
-                    "{} at n = {n}, {ranks} ranks: the rows differ from the whole by {gap}",
+                    "{} at n = {n}, d = {dim}, {ranks} ranks: the rows differ from the whole by {gap}",
                     kernel.describe()
                 );
             }

@@ -5,8 +5,9 @@
 //! row, and owns a contiguous shard of the particles ([`ParticleShard`]): it computes their
 //! scores (the same minibatch on every rank: the batch stream and the engine's rng are seeded
 //! identically), the direction's rows at them (for SVGD from its `[rows, n]` block of squared
-//! distances, whose blocks are all-gathered for the median bandwidth, and the all-gathered
-//! `[n, d]` of the kernel's sources), steps them with its own rows of the step-size state, and
+//! distances, whose blocks are all-gathered for the median bandwidth, or with many coordinates
+//! from the Gram matrix split by coordinates and summed, and the all-gathered `[n, d]` of the
+//! kernel's sources), steps them with its own rows of the step-size state, and
 //! the new positions are all-gathered. No `[n, d]` pass is repeated on every rank, and the
 //! element-wise step-size rule on a rank's rows is the one process's on those rows, so the
 //! particles do not depend on the rank count beyond float rounding.
@@ -338,6 +339,51 @@ impl<'a> ParticleShard<'a> {
     /// Particles in the whole set.
     pub fn particles(&self) -> usize {
         self.counts.iter().sum()
+    }
+
+    /// Ranks sharing the particles.
+    pub fn ranks(&self) -> usize {
+        self.counts.len()
+    }
+
+    /// This rank's share of `dim` coordinates, split as the particles are ([`shard_rows`]): the
+    /// columns of a product that the ranks split by coordinates instead of by particles.
+    pub fn coordinates(&self, dim: usize) -> Range<usize> {
+        shard_rows(dim, self.ranks(), self.collective.rank())
+    }
+
+    /// The sum over the ranks of each rank's `local` (`[rows, cols]`, the same shape on every
+    /// rank), added in rank order on every rank from the all-gathered parts (`ranks * rows *
+    /// cols` floats). Every rank holds the same bits, which an all-reduce does not promise (it
+    /// may associate the sum differently on different ranks), so that a median taken from the
+    /// sum is the same on all.
+    pub fn sum_in_rank_order(&self, local: Tensor<2>) -> Result<Tensor<2>, InferError> {
+        let [rows, cols] = local.dims();
+        if self.ranks() == 1 || rows * cols == 0 {
+            return Ok(local);
+        }
+        let device = local.device();
+        let parts = self.collective.all_gather_rows(
+            host_f32(local)?.as_slice::<f32>().map_err(host_error)?,
+            &vec![rows; self.ranks()],
+            cols,
+        )?;
+        let mut chunks = parts.chunks_exact(rows * cols);
+        let mut sum = chunks.next().map(<[f32]>::to_vec).unwrap_or_default();
+        for part in chunks {
+            sum.iter_mut().zip(part).for_each(|(a, b)| *a += b);
+        }
+        Ok(Tensor::from_data(TensorData::new(sum, [rows, cols]), &device))
+    }
+
+    /// The whole `[n, cols]` row-major values from every rank's rows `local` (`[rows, cols]`)
+    /// on the host (`local` itself in a group of one).
+    pub fn gather_host_rows(&self, local: Vec<f32>, cols: usize) -> Result<Vec<f32>, InferError> {
+        if self.ranks() == 1 {
+            check_gather(&local, &self.counts, cols, 0, 1)?;
+            return Ok(local);
+        }
+        self.collective.all_gather_rows(&local, &self.counts, cols)
     }
 
     /// The whole `[n, cols]` tensor from every rank's rows `local` (`[rows, cols]`).

@@ -16,7 +16,7 @@ use crate::kernels::{Kernel, linear_direction};
 mod cpu;
 
 pub use cpu::FUSED_MAX_DIM;
-pub(crate) use cpu::{HOST_DIRECTION_MAX_POINTS, rbf_direction_small};
+pub(crate) use cpu::{HOST_DIRECTION_MAX_POINTS, rbf_direction_small, rbf_shard_rows, shard_rows_on_host};
 
 /// Above this many points the median of the squared pair distances is always estimated from a
 /// sample of pairs (the exact one reads the `n (n - 1) / 2` pairs to the host: 32 MiB here).

@@ -12,7 +12,8 @@ use parvi_model::tensor_ops::{
 use crate::InferError;
 use crate::core::shard::{ParticleShard, not_shardable};
 use crate::kernels::pairs::{
-    DENSE_MAX_POINTS, HOST_DIRECTION_MAX_POINTS, PairTiles, pair_median_sq, rbf_direction_small, svgd_direction_tiled,
+    DENSE_MAX_POINTS, HOST_DIRECTION_MAX_POINTS, PairTiles, pair_median_sq, rbf_direction_small, rbf_shard_rows,
+    shard_rows_on_host, svgd_direction_tiled,
 };
 use crate::kernels::{Kernel, RadialEval, linear_direction, linear_stein_kernel};
 
@@ -133,8 +134,10 @@ pub fn svgd_direction_rows(
 /// grad_{x_j} k(x_j, x_i)]` for `i` in the rows, `[rows, d]` (Liu & Wang 2016, eq. 8, split by
 /// `i`). The rank computes its `[rows, n]` block of squared distances (the median bandwidth,
 /// fixed from the whole set by [`Kernel::resolved`], from the gathered blocks up to
-/// [`DENSE_MAX_POINTS`] particles, from [`pair_median_sq`] above), and the sources' part is
-/// all-gathered: for the RBF (`f' = c f`) each rank's `s_j + 2c x_j`, so the drift and the
+/// [`DENSE_MAX_POINTS`] particles, from [`pair_median_sq`] above; where the particles are at
+/// most [`DENSE_MAX_POINTS`] with at least `K n` coordinates, `K` ranks, every rank forms all
+/// `n x n` distances from the Gram matrix split by coordinates instead, reading a third of the
+/// block's memory at two ranks), and the sources' part is all-gathered: for the RBF (`f' = c f`) each rank's `s_j + 2c x_j`, so the drift and the
 /// repulsion share one `[rows, n] x [n, d]` product and no rank forms an `[n, d]` sum; for
 /// other kernels the scores. Cost `O(rows n d)` a rank; `Ok(None)` when `kernel` cannot be
 /// evaluated in blocks.
@@ -144,8 +147,15 @@ pub fn svgd_direction_at_shard(
     s_rows: Tensor<2>,
     shard: &ParticleShard<'_>,
 ) -> Result<Option<Tensor<2>>, InferError> {
-    let n = x.dims()[0];
+    let [n, dim] = x.dims();
     let targets = x.clone().slice([shard.rows()]);
+    if n <= DENSE_MAX_POINTS && n * shard.ranks() <= dim {
+        // Many coordinates: every rank gets all `n x n` distances from its coordinates' Gram.
+        let all = coordinate_split_sq_dists(x.clone(), shard)?;
+        let Some(kernel) = kernel.resolved(n, &mut || median_on_host(&all).unwrap_or(0.0)) else { return Ok(None) };
+        let sq = all.slice([shard.rows(), 0..n]); // [rows, n]: targets i, sources j
+        return Ok(Some(shard_direction(kernel.as_ref(), sq, x, targets, s_rows, shard)?));
+    }
     let sq = shard_sq_dists(targets.clone(), x.clone(), shard)?; // [rows, n]: targets i, sources j
     let mut failed = None;
     let resolved = if n <= DENSE_MAX_POINTS {
@@ -163,6 +173,25 @@ pub fn svgd_direction_at_shard(
         return Err(e);
     }
     let Some(kernel) = resolved else { return Ok(None) };
+    Ok(Some(shard_direction(kernel.as_ref(), sq, x, targets, s_rows, shard)?))
+}
+
+/// The direction's rows at this rank's particles `targets` from their squared distances `sq`
+/// `[rows, n]` to all particles `x`, with `kernel`'s bandwidth fixed ([`svgd_direction_at_shard`]).
+fn shard_direction(
+    kernel: &dyn Kernel,
+    sq: Tensor<2>,
+    x: Tensor<2>,
+    targets: Tensor<2>,
+    s_rows: Tensor<2>,
+    shard: &ParticleShard<'_>,
+) -> Result<Tensor<2>, InferError> {
+    let n = x.dims()[0];
+    if let Some(rate) = kernel.host_rate().filter(|_| !kernel.linear_features())
+        && shard_rows_on_host(&targets, &s_rows)
+    {
+        return rbf_shard_rows(rate, &sq, targets, s_rows, shard);
+    }
     let proportional = if kernel.linear_features() { None } else { kernel.eval_proportional(&sq) };
     let phi = match proportional {
         Some((k, c)) => {
@@ -174,10 +203,26 @@ pub fn svgd_direction_at_shard(
         }
         None => {
             let s = shard.gather_rows(s_rows)?;
-            direction_at(kernel.as_ref(), &sq.transpose(), x, s, targets)
+            direction_at(kernel, &sq.transpose(), x, s, targets)
         }
     };
-    Ok(Some(phi))
+    Ok(phi)
+}
+
+/// All `n x n` squared distances of the particles `x` `[n, d]`, on every rank, with the Gram
+/// matrix `x x^T` split by coordinates: each rank multiplies its columns `[n, d/K] x [d/K, n]`
+/// (reading `n d / K` floats, where the particles' block `[rows, d] x [d, n]` reads `(1 + 1/K)
+/// n d`), and the ranks' parts are summed in rank order ([`ParticleShard::sum_in_rank_order`],
+/// `K n^2` floats gathered: the split pays where `K n` is at most `d`). The norms are the sum's
+/// diagonal, so no collective besides the one gather, and the median bandwidth comes from the
+/// whole matrix, as in one process.
+fn coordinate_split_sq_dists(x: Tensor<2>, shard: &ParticleShard<'_>) -> Result<Tensor<2>, InferError> {
+    let [n, dim] = x.dims();
+    // At least one column a rank: the caller splits only where `K n <= d`.
+    let own = x.slice([0..n, shard.coordinates(dim)]);
+    let gram = shard.sum_in_rank_order(own.clone().matmul(own.transpose()))?;
+    let norms = diagonal_column(gram.clone()); // [n, 1]
+    Ok(sq_dists_from_products(gram, norms.clone(), norms.transpose()))
 }
 
 /// The squared distances `[rows, n]` of this rank's particles `targets` to all `x`, with no
