@@ -15,7 +15,7 @@
 //! the tiles `I <= J` of the symmetric kernel matrix, points centred on their mean.
 
 use burn::tensor::{DType, Tensor, TensorData};
-use parvi_model::fastmath::{Simd, Vectorised, exp_f32, exp_f32_fma, exp_scaled_in_place};
+use parvi_model::fastmath::{Simd, Vectorised, exp_f32_flushed, exp_f32_fma_flushed, exp_scaled_flushed_in_place};
 use parvi_model::strided_gemm::{Operand, gemm, gemm_new};
 use parvi_model::tensor_ops::{median_by_selection, to_vec_f32};
 
@@ -184,7 +184,7 @@ impl Vectorised for SmallDirection<'_> {
         // K in place of the distances, and its row sums (= column sums: K is symmetric).
         let mut rowsum = vec![0.0f32; n];
         for (row, total) in sq.chunks_exact_mut(n).zip(rowsum.iter_mut()) {
-            row.iter_mut().for_each(|v| *v = exp_f32(*v * rate));
+            row.iter_mut().for_each(|v| *v = exp_f32_flushed(*v * rate));
             *total = row.iter().sum();
         }
         let two_rate = 2.0 * rate;
@@ -383,7 +383,7 @@ fn rbf_direction_with(
                     Some(kept) => kept[t].clone(),
                     None => set.distances((sa, la), (sb, lb)),
                 };
-                exp_scaled_in_place(buf, rate);
+                exp_scaled_flushed_in_place(buf, rate);
                 let e = Operand { values: buf, start: 0, row_stride: lb, col_stride: 1 };
                 let rhs = Operand { values: &right, start: sb * w, row_stride: w, col_stride: 1 };
                 gemm(la, lb, w, e, rhs, 1.0, acc, (sa * w, w, 1), true);
@@ -534,9 +534,9 @@ impl FusedTile<'_> {
             }
             let rate = self.rate;
             if FMA {
-                e.iter_mut().for_each(|v| *v = exp_f32_fma(*v * rate));
+                e.iter_mut().for_each(|v| *v = exp_f32_fma_flushed(*v * rate));
             } else {
-                e.iter_mut().for_each(|v| *v = exp_f32(*v * rate));
+                e.iter_mut().for_each(|v| *v = exp_f32_flushed(*v * rate));
             }
             // Per right-hand column, the row's dot product and the column block's update in one
             // pass over the row (sixteen partial sums: a single running sum would be a chain of
