@@ -238,7 +238,7 @@ pub(crate) fn rbf_shard_rows(
     let mut k = to_vec_f32(sq);
     let mut rowsum = vec![0.0f32; rows];
     for (row, total) in k.chunks_exact_mut(n).zip(rowsum.iter_mut()) {
-        row.iter_mut().for_each(|v| *v = (*v * rate as f32).exp());
+        row.iter_mut().for_each(|v| *v = exp_f32_flushed(*v * rate as f32));
         *total = row.iter().sum();
     }
     let inv_n = 1.0 / n as f32;
