@@ -216,8 +216,8 @@ pub(crate) fn shard_rows_on_host(targets: &Tensor<2>, s_rows: &Tensor<2>) -> boo
 /// fixed). The rank writes its sources `s_i + 2c x_i` in one pass, gathers all `n`
 /// ([`ParticleShard::gather_host_rows`]), and forms its rows by one `gemm` into fresh memory and
 /// one pass for the repulsion's last term, where the tensor form's four `[rows, d]` operations
-/// each allocate and fill an output before writing it (a tenth of a rank's step on the protein
-/// BNN's `d = 42,403`).
+/// each allocate an output (flex's product zeroes its output and copies it once more to align
+/// it); on the protein BNN's `d = 42,403` those four took 13-16 ms of a rank's 60.
 pub(crate) fn rbf_shard_rows(
     rate: f64,
     sq: &Tensor<2>,
