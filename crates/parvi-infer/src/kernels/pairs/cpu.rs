@@ -182,11 +182,7 @@ impl Vectorised for SmallDirection<'_> {
         let med = median_by_selection(&mut sq.clone()).unwrap_or(0.0);
         let rate = kernel.resolved(n, &mut || med)?.host_rate()? as f32;
         // K in place of the distances, and its row sums (= column sums: K is symmetric).
-        let mut rowsum = vec![0.0f32; n];
-        for (row, total) in sq.chunks_exact_mut(n).zip(rowsum.iter_mut()) {
-            row.iter_mut().for_each(|v| *v = exp_f32_flushed(*v * rate));
-            *total = row.iter().sum();
-        }
+        let rowsum = kernel_rows_in_place(&mut sq, n, rate);
         let two_rate = 2.0 * rate;
         let right: Vec<f32> = sv.iter().zip(&rows).map(|(&g, &v)| g + two_rate * v).collect();
         let inv_n = 1.0 / n as f32;
@@ -194,10 +190,7 @@ impl Vectorised for SmallDirection<'_> {
         let k = Operand { values: &sq, start: 0, row_stride: n, col_stride: 1 };
         let rhs = Operand { values: &right, start: 0, row_stride: dim, col_stride: 1 };
         gemm(n, n, dim, k, rhs, inv_n, &mut phi, (0, dim, 1), false);
-        for ((p, xr), &total) in phi.chunks_exact_mut(dim).zip(rows.chunks_exact(dim)).zip(&rowsum) {
-            let spread = total * two_rate * inv_n;
-            p.iter_mut().zip(xr).for_each(|(p, &v)| *p -= v * spread);
-        }
+        subtract_repulsion(&mut phi, &rows, &rowsum, two_rate, inv_n, dim);
         Some(phi)
     }
 }
@@ -236,17 +229,12 @@ pub(crate) fn rbf_shard_rows(
     let simd = Simd::detect();
     let sources = shard.gather_host_rows(simd.vectorise(ShardSources { t, s, two_rate }), dim)?;
     let mut k = to_vec_f32(sq);
-    let mut rowsum = vec![0.0f32; rows];
-    for (row, total) in k.chunks_exact_mut(n).zip(rowsum.iter_mut()) {
-        row.iter_mut().for_each(|v| *v = exp_f32_flushed(*v * rate as f32));
-        *total = row.iter().sum();
-    }
+    let rowsum = kernel_rows_in_place(&mut k, n, rate as f32);
     let inv_n = 1.0 / n as f32;
     let lhs = Operand { values: &k, start: 0, row_stride: n, col_stride: 1 };
     let rhs = Operand { values: &sources, start: 0, row_stride: dim, col_stride: 1 };
     let mut phi = gemm_new(rows, n, dim, lhs, rhs, inv_n);
-    let spread: Vec<f32> = rowsum.iter().map(|total| total * two_rate * inv_n).collect();
-    simd.vectorise(Repulsion { phi: &mut phi, t, spread: &spread, dim });
+    simd.vectorise(Repulsion { phi: &mut phi, x: t, rowsum: &rowsum, two_rate, inv_n, dim });
     Ok(Tensor::from_data(TensorData::new(phi, [rows, dim]), &device))
 }
 
@@ -266,11 +254,13 @@ impl Vectorised for ShardSources<'_> {
     }
 }
 
-/// `phi_i -= spread_i x_i` in place, a row at a time: the repulsion's `-2c x_i sum_j k_ij / n`.
+/// [`subtract_repulsion`] as wide as the CPU allows.
 struct Repulsion<'a> {
     phi: &'a mut [f32],
-    t: &'a [f32],
-    spread: &'a [f32],
+    x: &'a [f32],
+    rowsum: &'a [f32],
+    two_rate: f32,
+    inv_n: f32,
     dim: usize,
 }
 
@@ -278,10 +268,29 @@ impl Vectorised for Repulsion<'_> {
     type Output = ();
     #[inline(always)]
     fn run(self) {
-        let Self { phi, t, spread, dim } = self;
-        for ((p, xr), &w) in phi.chunks_exact_mut(dim).zip(t.chunks_exact(dim)).zip(spread) {
-            p.iter_mut().zip(xr).for_each(|(p, &v)| *p -= v * w);
-        }
+        let Self { phi, x, rowsum, two_rate, inv_n, dim } = self;
+        subtract_repulsion(phi, x, rowsum, two_rate, inv_n, dim);
+    }
+}
+
+/// The RBF kernel `exp(c r^2)` (the flushed polynomial) in place of the squared distances `sq`
+/// `[rows, n]`, and each row's sum.
+#[inline(always)]
+fn kernel_rows_in_place(sq: &mut [f32], n: usize, rate: f32) -> Vec<f32> {
+    sq.chunks_exact_mut(n)
+        .map(|row| {
+            row.iter_mut().for_each(|v| *v = exp_f32_flushed(*v * rate));
+            row.iter().sum()
+        })
+        .collect()
+}
+
+/// The repulsion's last term in place, a row at a time: `phi_i -= (2c / n) x_i sum_j k_ij`.
+#[inline(always)]
+fn subtract_repulsion(phi: &mut [f32], x: &[f32], rowsum: &[f32], two_rate: f32, inv_n: f32, dim: usize) {
+    for ((p, xr), &total) in phi.chunks_exact_mut(dim).zip(x.chunks_exact(dim)).zip(rowsum) {
+        let spread = total * two_rate * inv_n;
+        p.iter_mut().zip(xr).for_each(|(p, &v)| *p -= v * spread);
     }
 }
 
