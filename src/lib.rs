@@ -35,3 +35,4 @@ pub use parvi_models as models;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod memory;
+pub mod workflow;

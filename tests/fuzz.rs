@@ -1035,3 +1035,64 @@ fn fuzzed_posterior_files_are_refused_by_name_or_predict_without_a_panic() {
         panic!("{e}");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Stan data files: a user's data block read through the public reader, from byte-level damage
+// and structural edits of a valid file.
+
+/// A data block as a user's model reads it (sizes by field, an index array with its bounds, a
+/// matrix, a bounded vector), through [`parvi::models::stan_data::StanData`].
+fn read_data_block(path: &Path) -> Result<(), parvi::models::stan_data::StanDataError> {
+    let data = parvi::models::stan_data::StanData::read(path)?;
+    let j = data.size("J")?;
+    data.size("N")?;
+    let group = data.ints("group", "N")?.lower(1)?.upper_field("J")?;
+    group.indices(j)?;
+    data.vector("y", "N")?.finite()?;
+    data.vector("sigma", "J")?.lower(0.0)?;
+    data.matrix("X", "N", 2)?;
+    data.real("scale")?;
+    Ok(())
+}
+
+#[test]
+fn fuzzed_stan_data_files_are_refused_by_file_and_field_without_a_panic() {
+    use serde_json::json;
+    let dir = tempfile::tempdir().unwrap();
+    let base = json!({
+        "N": 4, "J": 2, "group": [1, 2, 2, 1], "y": [0.5, -1.0, 2.0, 0.0], "sigma": [1.0, 2.5],
+        "X": [[1, 0.5], [1, -0.5], [1, 1.5], [1, 0.0]], "scale": 2.5
+    });
+    let path = dir.path().join("fuzzed-data.json");
+    std::fs::write(&path, base.to_string()).unwrap();
+    read_data_block(&path).expect("the base file fits its data block");
+    let strategy = prop_oneof![
+        1 => mutated(base.to_string().into_bytes()).prop_map(|b| (b, 0usize, Edit::Remove, false)),
+        3 => (any::<usize>(), json_edit()).prop_map(|(pick, edit)| (Vec::new(), pick, edit, true)),
+    ];
+    let result = runner(256, 0x57A4).run(&strategy, |(bytes, pick, edit, structural)| {
+        let bytes = if structural {
+            let mut value = base.clone();
+            edit_json_under(&mut value, None, pick, &edit);
+            value.to_string().into_bytes()
+        } else {
+            bytes
+        };
+        std::fs::write(&path, &bytes).unwrap();
+        let what = format!("data file {:?}", String::from_utf8_lossy(&bytes));
+        match no_panic(&what, || read_data_block(&path))? {
+            Ok(()) => {}
+            Err(e) => {
+                let msg = e.to_string();
+                prop_assert!(msg.contains("fuzzed-data.json"), "{what}: {msg}");
+                if let Some(field) = e.field() {
+                    prop_assert!(msg.contains(&format!("`{field}`")), "{what}: {msg}");
+                }
+            }
+        }
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}

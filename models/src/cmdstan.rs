@@ -26,11 +26,16 @@ use parvi_model::tensor_ops::to_vec_f32;
 use rand::{RngExt, SeedableRng};
 use thiserror::Error;
 
+use parvi_model::program::StanModel;
+
 use crate::posteriordb::PosteriorDbModel;
 
 /// What went wrong building, writing or reading draws.
 #[derive(Debug, Error)]
 pub enum CmdStanError {
+    /// The model could not report its quantities or generated quantities for the draws.
+    #[error("model: {0}")]
+    Model(String),
     /// Names, values, log densities or weights that do not fit together.
     #[error("draws: {0}")]
     Shape(String),
@@ -153,6 +158,31 @@ impl Draws {
         Self::from_tensors(model.param_names(), model.reported(draws), lp, weights, chains)
     }
 
+    /// The draws of any [`StanModel`] (a compiled `Program`, a posteriordb model, a user's own)
+    /// from unconstrained `draws` `[rows, dim]` (a fit's `FitResult::draws`, with its weights
+    /// and MCMC chain count `FitResult::chains`): its parameters and transformed parameters under
+    /// Stan's names, then its generated quantities, drawn with a stream seeded by
+    /// `generated_seed` (CmdStan's column order), and `lp__` from its log density.
+    pub fn of_model(
+        model: &dyn StanModel,
+        draws: Tensor<2>,
+        weights: Option<Tensor<1>>,
+        chains: Option<usize>,
+        generated_seed: u64,
+    ) -> Result<Self, CmdStanError> {
+        let quantity = |e: parvi_model::ModelError| CmdStanError::Model(e.to_string());
+        let lp = model.log_prob(draws.clone(), None);
+        let mut names = model.names().to_vec();
+        let mut reported = model.reported(draws.clone()).map_err(quantity)?;
+        if !model.generated_names().is_empty() {
+            let mut rng = chacha20::ChaCha8Rng::seed_from_u64(generated_seed);
+            let generated = model.generated(draws, &mut rng).map_err(quantity)?;
+            names.extend(model.generated_names().iter().cloned());
+            reported = Tensor::cat(vec![reported, generated], 1);
+        }
+        Self::from_tensors(names, reported, lp, weights, chains)
+    }
+
     /// The quantities' names in Stan's style (`theta[1]`).
     pub fn names(&self) -> &[String] {
         &self.names
@@ -271,7 +301,7 @@ impl Draws {
         line(0, "random");
         line(1, &format!("seed = {}", run.seed));
         line(0, "output");
-        line(1, "file = draws.csv");
+        line(1, &format!("file = {}", run.output_file.as_deref().unwrap_or("draws.csv")));
         // The header and the rows, in CmdStan's column order.
         let order = cmdstan_order(&draws.names);
         let header: Vec<String> =
@@ -301,8 +331,10 @@ impl Draws {
 
     /// Writes [`Draws::to_csv`] to `path` atomically (a temporary file beside it, renamed into
     /// place: an interrupted write leaves no partial file under the name).
+    /// The comments' `output.file` is `path`.
     pub fn write_csv(&self, path: &Path, run: &RunInfo) -> Result<(), CmdStanError> {
-        write_atomic(path, self.to_csv(run).as_bytes())
+        let run = RunInfo { output_file: Some(path.display().to_string()), ..run.clone() };
+        write_atomic(path, self.to_csv(&run).as_bytes())
     }
 }
 
@@ -333,6 +365,9 @@ pub struct RunInfo {
     pub sampling_seconds: f64,
     /// The run's warnings, written as comment lines after the timing block.
     pub warnings: Vec<String>,
+    /// The file written, for the comments' `output.file` (`draws.csv` when `None`; set by
+    /// [`Draws::write_csv`]).
+    pub output_file: Option<String>,
 }
 
 /// Writes `bytes` to `path` through a temporary file in the same folder, renamed into place.
@@ -343,6 +378,13 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CmdStanError> {
     let name = path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
     let mut tmp = tempfile::Builder::new().prefix(&format!(".{name}.tmp-")).tempfile_in(dir).map_err(io)?;
     std::io::Write::write_all(&mut tmp, bytes).map_err(io)?;
+    // A temporary file is made 0600; the result is an ordinary output, readable by others as
+    // CmdStan's files are under the usual umask (0644).
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        tmp.as_file().set_permissions(std::fs::Permissions::from_mode(0o644)).map_err(io)?;
+    }
     tmp.as_file().sync_all().map_err(io)?;
     tmp.persist(path).map_err(|e| io(e.error))?;
     Ok(())

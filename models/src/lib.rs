@@ -17,6 +17,7 @@ pub mod posteriordb;
 pub mod predictive;
 pub mod rbm;
 pub mod regression;
+pub mod stan_data;
 pub mod unit_mixture;
 
 pub use banana::Banana;

@@ -9,9 +9,11 @@ use clap::Args;
 use parvi_infer::CheckpointPolicy;
 use parvi_infer::evaluation::{PolishWhen, Summary};
 use parvi_infer::{FitConfig, MethodConfig, Particles, Precondition, RunError, RunLabel, core::Checkpoint};
+use parvi_model::program::StanModel;
 use parvi_model::{BackendKind, LogDensity};
 use parvi_models::cmdstan::{self, RunInfo};
 use parvi_models::posteriordb::{self, PosteriorDbModel};
+use parvi_models::stan_data::StanData;
 use parvi_models::{BUILTIN_TARGETS, BuiltinTarget, builtin_target};
 use serde::{Deserialize, Serialize};
 
@@ -215,20 +217,41 @@ pub struct FitSummary {
 }
 
 pub fn run(args: FitArgs) -> Result<()> {
+    run_for(args, None)
+}
+
+/// `fit` for a built-in or posteriordb target, or (`user`) for a user's own model.
+pub(crate) fn run_for(args: FitArgs, user: Option<&UserModel<'_>>) -> Result<()> {
     let args = args.merged()?;
     let distributed = args.distributed;
-    launch(distributed, |group| run_with(args, group))
+    launch(distributed, |group| run_with(args, group, user))
 }
 
 /// What `parvi fit` runs on: a built-in 2-D target or a posteriordb posterior.
 enum Target {
     Builtin(BuiltinTarget),
-    Posterior { model: Box<PosteriorDbModel>, data: PathBuf },
+    Posterior {
+        model: Box<PosteriorDbModel>,
+        data: PathBuf,
+    },
+    /// A user's own model, built by their executable from `--data` ([`super::model::run`]).
+    User {
+        name: String,
+        model: Box<dyn StanModel>,
+        data: Option<PathBuf>,
+    },
 }
 
 impl Target {
     /// From `--posterior DIR`, `--model NAME --data FILE.json` or `--model NAME` (a built-in).
-    fn resolve(args: &FitArgs, device: &parvi_model::burn::tensor::Device) -> Result<Self> {
+    fn resolve(
+        args: &FitArgs,
+        device: &parvi_model::burn::tensor::Device,
+        user: Option<&UserModel<'_>>,
+    ) -> Result<Self> {
+        if let Some(user) = user {
+            return Self::user(args, device, user);
+        }
         let builtins = BUILTIN_TARGETS.join(", ");
         match (&args.posterior, &args.model, &args.data) {
             (Some(dir), None, None) => {
@@ -259,10 +282,39 @@ impl Target {
         }
     }
 
+    /// A user's executable: its model from `--data FILE.json` (no file: a model without data).
+    fn user(args: &FitArgs, device: &parvi_model::burn::tensor::Device, user: &UserModel<'_>) -> Result<Self> {
+        let name = user.name.to_string();
+        for (given, flag) in [(args.model.is_some(), "--model"), (args.posterior.is_some(), "--posterior")] {
+            if given {
+                bail!(
+                    "invalid setting `{flag}`: this executable fits model `{name}`; give its data with `--data FILE.json`"
+                );
+            }
+        }
+        let data = match &args.data {
+            Some(file) => StanData::read(file)?,
+            None => StanData::empty("(no --data file)"),
+        };
+        let model = (user.build)(&data, device).map_err(|e| anyhow::anyhow!("model `{name}`: {e}"))?;
+        Ok(Target::User { name, model, data: args.data.clone() })
+    }
+
     fn density(&self) -> &dyn LogDensity {
         match self {
             Target::Builtin(t) => t.density.as_ref(),
             Target::Posterior { model, .. } => model.as_ref(),
+            Target::User { model, .. } => model.as_ref(),
+        }
+    }
+
+    /// The model as the workflow sees it (names, generated quantities), for all but the
+    /// built-in 2-D targets.
+    fn stan_model(&self) -> Option<&dyn StanModel> {
+        match self {
+            Target::Builtin(_) => None,
+            Target::Posterior { model, .. } => Some(model.as_ref()),
+            Target::User { model, .. } => Some(model.as_ref()),
         }
     }
 
@@ -270,8 +322,18 @@ impl Target {
         match self {
             Target::Builtin(t) => t.name.to_string(),
             Target::Posterior { model, .. } => model.name().to_string(),
+            Target::User { name, .. } => name.clone(),
         }
     }
+}
+
+/// A user's model as their executable hands it to `fit` ([`super::model::run`]): its name and
+/// how to build it from Stan data on a device.
+pub struct UserModel<'a> {
+    /// The model's name (in the files and messages).
+    pub name: &'a str,
+    /// Builds the model from the data file's fields.
+    pub build: &'a super::model::BuildFn,
 }
 
 /// Makes `out` (and its parents) and checks that a file can be created in it, before the run:
@@ -286,7 +348,7 @@ fn prepare_output(out: &Path) -> Result<()> {
 }
 
 /// The run, in this process alone or as one rank of `collective`'s group.
-fn run_with(args: FitArgs, collective: Group) -> Result<()> {
+fn run_with(args: FitArgs, collective: Group, user: Option<&UserModel<'_>>) -> Result<()> {
     // Rank 0 alone prints and writes; the state is replicated on every rank.
     let lead = is_lead(&collective);
     let Some(out) = args.out.clone() else { bail!("missing setting `--out DIR`") };
@@ -307,7 +369,7 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
     let adapter = adapter_from_name(args.adapter.as_deref().unwrap_or("adagrad"), lr)?;
 
     let device = backend.device()?;
-    let target = Target::resolve(&args, &device)?;
+    let target = Target::resolve(&args, &device, user)?;
     let model_name = target.name();
     if args.shard == Some(ShardBy::Rows) {
         match target.density().data_len() {
@@ -358,6 +420,7 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
     }
     let data_file = match &target {
         Target::Posterior { data, .. } => Some(data.display().to_string()),
+        Target::User { data, .. } => data.as_ref().map(|d| d.display().to_string()),
         Target::Builtin(_) => None,
     };
     let config = FitConfig {
@@ -411,9 +474,9 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
     let (diagnostics, report) = (&result.diagnostics, result.report.clone());
     let (true_mean, true_cov) = match &target {
         Target::Builtin(t) => (t.mean.clone(), t.cov.clone()),
-        Target::Posterior { .. } => (Vec::new(), Vec::new()),
+        Target::Posterior { .. } | Target::User { .. } => (Vec::new(), Vec::new()),
     };
-    let summary = FitSummary {
+    let mut summary = FitSummary {
         method: method.clone(),
         model: model_name.clone(),
         backend: backend.name().into(),
@@ -436,53 +499,39 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
     // The draws on the constrained scale under Stan's names, and their summary: made before any
     // file is written, so that a failure leaves none behind.
     let weights = particles.weights.clone();
-    let draws = match &target {
-        Target::Builtin(t) => {
+    let draws = match target.stan_model() {
+        // Parameters, transformed parameters and generated quantities (drawn with the run's
+        // seed) under Stan's names.
+        Some(model) => cmdstan::Draws::of_model(model, particles.positions.clone(), weights, result.chains, seed)?,
+        None => {
+            let Target::Builtin(t) = &target else { unreachable!("every other target is a StanModel") };
             cmdstan::builtin_draws(t.density.as_ref(), particles.positions.clone(), weights, result.chains)?
-        }
-        Target::Posterior { model, .. } => {
-            cmdstan::Draws::of_posterior(model, particles.positions.clone(), weights, result.chains)?
         }
     };
     let mcmc = result.chains.is_some();
-    let stats = summarize(&draws, mcmc)?;
-    let run_info = RunInfo {
+    let stats = crate::workflow::summarize(&draws, mcmc)?;
+    let mut run_info = RunInfo {
         model: match &target {
             Target::Builtin(t) => t.name.to_string(),
             Target::Posterior { model, .. } => model.model_name().to_string(),
+            Target::User { name, .. } => name.clone(),
         },
         posterior: match &target {
             Target::Posterior { model, .. } => Some(model.name().to_string()),
-            Target::Builtin(_) => None,
+            Target::Builtin(_) | Target::User { .. } => None,
         },
-        method: method.clone(),
         settings: run_settings(&args, &spec, n, &result, backend, lr)?,
-        draws_are: if result.diagnostics.polish.is_some() {
-            if config.polish.is_some_and(|p| p.when == PolishWhen::Always) {
-                format!(
-                    "MALA draws of the polish step, its chains started from the {method} particles (--no-polish keeps the particles)"
-                )
-            } else {
-                format!(
-                    "MALA draws of the polish step, its chains started from the {method} particles: the diagnostics flagged the particles"
-                )
-            }
-        } else if result.chains.is_some() {
-            format!("{method}'s MCMC draws, one chain per particle")
-        } else if draws.weights().is_some() {
-            format!("{method}'s final weighted particles, resampled")
-        } else {
-            format!("{method}'s final particles")
-        },
-        steps: result.steps,
-        seed,
         data_file,
-        warmup_seconds: result.laplace_seconds,
-        sampling_seconds: result.seconds,
-        warnings: diagnostics.warnings.clone(),
+        ..crate::workflow::run_info(&result, &config, &method, &draws)
     };
+    let mut warnings = diagnostics.warnings.clone();
+    if mcmc {
+        warnings.extend(crate::workflow::summary_warnings(&stats));
+    }
+    run_info.warnings = warnings.clone();
+    summary.warnings = warnings.clone();
     let header = summary_header(&run_info, &draws, mcmc && draws.draws_per_chain() >= 4);
-    write_atomic(&out.join("draws.csv"), draws.to_csv(&run_info).as_bytes())?;
+    draws.write_csv(&out.join("draws.csv"), &run_info)?;
     write_atomic(&out.join("summary.csv"), stats.to_csv().as_bytes())?;
     write_atomic(&out.join("summary.json"), &serde_json::to_vec_pretty(&summary)?)?;
     write_particles(&out.join("particles.csv"), shown)?;
@@ -498,7 +547,7 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
     }
     println!("{header}\n{}", stats.table());
     println!("{}", summary_footer(&stats));
-    for w in &diagnostics.warnings {
+    for w in &warnings {
         eprintln!("warning: {w}");
     }
     let ranks = match (&collective, summary.communication_ms_per_step) {
@@ -517,19 +566,6 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
         out.display()
     );
     Ok(())
-}
-
-/// The `stansummary`-style summary of `draws` (`lp__` first): MCMC chains with MCSE, ESS and
-/// R-hat; a particle set (weighted or not) without them.
-fn summarize(draws: &cmdstan::Draws, mcmc: bool) -> Result<Summary> {
-    let names: Vec<String> = std::iter::once("lp__".to_string()).chain(draws.names().iter().cloned()).collect();
-    let columns: Vec<Vec<f64>> = names.iter().map(|n| draws.column(n).unwrap_or_default()).collect();
-    // Chains too short for the split-chain statistics are summarised as a set of draws.
-    Ok(if mcmc && draws.draws_per_chain() >= 4 {
-        Summary::of_chains(&names, &columns, draws.chains())?
-    } else {
-        Summary::of_particles(&names, &columns, draws.weights())?
-    })
 }
 
 /// The run's settings for the `parvi` block of `draws.csv`'s comments.

@@ -7,6 +7,7 @@ pub mod data;
 pub mod distributed;
 pub mod fit;
 pub mod method;
+pub mod model;
 pub mod plot;
 pub mod posteriordb;
 pub mod predict;

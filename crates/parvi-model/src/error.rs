@@ -57,6 +57,15 @@ pub enum ModelError {
     #[error("{0} cannot be sampled with tensor-valued parameters: give scalars")]
     /// Sampling was asked of a distribution whose parameters are tensors, not scalars.
     NotSampleable(&'static str),
+    #[error("{name}: {reason}")]
+    /// A reported or generated quantity is declared wrongly, or a generated quantity's `_rng`
+    /// function was given an argument outside its support.
+    Quantity {
+        /// The quantity or `_rng` function (with its argument) at fault.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
     #[error(transparent)]
     /// An ODE solve failed or was given bad arguments ([`crate::ode`]).
     Ode(#[from] crate::ode::OdeError),

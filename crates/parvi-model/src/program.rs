@@ -37,6 +37,8 @@ use std::ops::AddAssign;
 use std::sync::Mutex;
 
 use burn::tensor::Tensor;
+use rand::{Rng, RngExt, SeedableRng};
+use rand_distr::Distribution as _;
 
 use crate::{LogDensity, Minibatch, ModelError, ParamLayout, Unpacked};
 
@@ -56,6 +58,43 @@ pub trait Program: std::fmt::Debug {
     fn data_len(&self) -> Option<usize> {
         None
     }
+
+    /// The `generated quantities` block, run after the fit on the draws (all at once, `[n, ...]`):
+    /// posterior predictive replications from [`Generated`]'s seeded `_rng` functions, the
+    /// pointwise `log_lik` that PSIS-LOO reads, any derived quantity; each declared with
+    /// [`Generated::output`]. `p` holds the parameters (and its `transformed` calls record
+    /// nothing here). The default declares none.
+    fn generated(&self, p: &Vars, out: &mut Generated) -> Result<(), ModelError> {
+        let _ = (p, out);
+        Ok(())
+    }
+}
+
+/// A compiled model as the workflow around a fit sees it (draws written under Stan's names,
+/// generated quantities): implemented by [`Compiled`] for every [`Program`], and by any model a
+/// user writes by hand.
+pub trait StanModel: LogDensity {
+    /// The blocks of the unconstrained particle, in the `parameters` block's order.
+    fn layout(&self) -> &ParamLayout;
+
+    /// Stan's names of the reported quantities: every element of every parameter, then of every
+    /// transformed parameter (`theta[1]`, `L[2,1]`).
+    fn names(&self) -> &[String];
+
+    /// Unconstrained particles `[n, dim]` to the reported quantities `[n, names().len()]`.
+    fn reported(&self, particles: Tensor<2>) -> Result<Tensor<2>, ModelError>;
+
+    /// Stan's names of the generated quantities (empty without a generated-quantities block).
+    fn generated_names(&self) -> &[String] {
+        &[]
+    }
+
+    /// The generated quantities `[n, generated_names().len()]` of unconstrained particles
+    /// `[n, dim]`, their random draws from `rng`.
+    fn generated(&self, particles: Tensor<2>, rng: &mut dyn Rng) -> Result<Tensor<2>, ModelError> {
+        let _ = rng;
+        Ok(Tensor::zeros([particles.dims()[0], 0], &particles.device()))
+    }
 }
 
 /// The constrained parameters of all particles as the `model` block sees them.
@@ -64,8 +103,12 @@ pub struct Vars<'a> {
     particles: usize,
     batch: Option<&'a Minibatch>,
     /// Transformed parameters recorded for reporting; `None` while only the density is wanted.
-    recorded: Option<RefCell<Vec<(String, Tensor<2>)>>>,
+    recorded: Option<RefCell<Vec<Recorded>>>,
 }
+
+/// A reported quantity: its name, its declared shape (`None`: a vector, or a bare name for one
+/// value) and its values `[n, size]`.
+type Recorded = (String, Option<Vec<usize>>, Tensor<2>);
 
 impl Vars<'_> {
     /// Parameter `name`, flattened: `[n, size]` (`[n, 1]` for a scalar), on the constrained scale.
@@ -93,10 +136,232 @@ impl Vars<'_> {
     /// parameters, under `name` (`name[i]` past one element), as Stan's output does.
     pub fn transformed(&self, name: &str, value: Tensor<2>) -> Tensor<2> {
         if let Some(recorded) = &self.recorded {
-            recorded.borrow_mut().push((name.to_string(), value.clone()));
+            recorded.borrow_mut().push((name.to_string(), None, value.clone()));
         }
         value
     }
+
+    /// Declares a transformed parameter of Stan shape `shape` (`matrix[20, 1] C`: `&[20, 1]`,
+    /// reported as `C[1,1]`, ..., row-major; `&[]`: a scalar) given flattened `[n, size]`.
+    pub fn transformed_shaped(&self, name: &str, shape: &[usize], value: Tensor<2>) -> Tensor<2> {
+        if let Some(recorded) = &self.recorded {
+            recorded.borrow_mut().push((name.to_string(), Some(shape.to_vec()), value.clone()));
+        }
+        value
+    }
+}
+
+/// The generated-quantities block's outputs and random numbers (Stan's `_rng` functions, drawn
+/// on the host from the caller's seeded stream, broadcast as the densities are: a `[1, k]`
+/// argument is shared by every draw).
+pub struct Generated<'a> {
+    rng: &'a mut dyn Rng,
+    outputs: Vec<Recorded>,
+}
+
+impl std::fmt::Debug for Generated<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Generated").field("outputs", &self.outputs.len()).finish()
+    }
+}
+
+impl<'a> Generated<'a> {
+    fn new(rng: &'a mut dyn Rng) -> Self {
+        Self { rng, outputs: Vec::new() }
+    }
+
+    /// Declares generated quantity `name`, `[n, size]`: one value is reported under its bare name
+    /// (a Stan `real`), more as a vector `name[i]`.
+    pub fn output(&mut self, name: &str, value: Tensor<2>) {
+        self.outputs.push((name.to_string(), None, value));
+    }
+
+    /// Declares generated quantity `name` of Stan shape `shape`, given flattened `[n, size]`
+    /// (row-major, as [`Vars::transformed_shaped`]).
+    pub fn output_shaped(&mut self, name: &str, shape: &[usize], value: Tensor<2>) {
+        self.outputs.push((name.to_string(), Some(shape.to_vec()), value));
+    }
+
+    /// Draws element by element from `sample(args, rng)`, the arguments broadcast to one shape
+    /// `[n, k]`; `name` and the parameter names word the error for a bad argument.
+    fn draw<const A: usize>(
+        &mut self,
+        name: &str,
+        args: [(&str, Tensor<2>); A],
+        sample: impl Fn([f64; A], &mut dyn Rng) -> Result<f64, String>,
+    ) -> Result<Tensor<2>, ModelError> {
+        let dims: Vec<[usize; 2]> = args.iter().map(|(_, t)| t.dims()).collect();
+        let rows = dims.iter().map(|d| d[0]).max().unwrap_or(1);
+        let cols = dims.iter().map(|d| d[1]).max().unwrap_or(1);
+        for ((param, _), d) in args.iter().zip(&dims) {
+            if (d[0] != rows && d[0] != 1) || (d[1] != cols && d[1] != 1) {
+                return Err(ModelError::Quantity {
+                    name: format!("{name} argument `{param}`"),
+                    reason: format!("shape {d:?} does not broadcast to [{rows}, {cols}]"),
+                });
+            }
+        }
+        let device = args[0].1.device();
+        let host: Vec<Vec<f32>> = args.iter().map(|(_, t)| crate::tensor_ops::to_vec_f32(t)).collect();
+        let mut out = Vec::with_capacity(rows * cols);
+        for r in 0..rows {
+            for c in 0..cols {
+                let values: [f64; A] = std::array::from_fn(|a| {
+                    let [ar, ac] = dims[a];
+                    f64::from(host[a][(if ar == 1 { 0 } else { r }) * ac + if ac == 1 { 0 } else { c }])
+                });
+                let v = sample(values, &mut *self.rng).map_err(|reason| ModelError::Quantity {
+                    name: format!("{name}({})", args.iter().map(|(p, _)| *p).collect::<Vec<_>>().join(", ")),
+                    reason: format!("at draw {}, element {}: {reason}", r + 1, c + 1),
+                })?;
+                out.push(v as f32);
+            }
+        }
+        Ok(Tensor::<1>::from_floats(out.as_slice(), &device).reshape([rows, cols]))
+    }
+
+    /// `normal_rng(mu, sigma)`.
+    pub fn normal_rng(&mut self, mu: Tensor<2>, sigma: Tensor<2>) -> Result<Tensor<2>, ModelError> {
+        self.draw("normal_rng", [("mu", mu), ("sigma", sigma)], |[m, s], rng| {
+            location_scale(m, s)?;
+            rand_distr::Normal::new(m, s).map(|d| d.sample(rng)).map_err(|e| format!("{e} (mu {m}, sigma {s})"))
+        })
+    }
+
+    /// `lognormal_rng(mu, sigma)`.
+    pub fn lognormal_rng(&mut self, mu: Tensor<2>, sigma: Tensor<2>) -> Result<Tensor<2>, ModelError> {
+        self.draw("lognormal_rng", [("mu", mu), ("sigma", sigma)], |[m, s], rng| {
+            location_scale(m, s)?;
+            rand_distr::LogNormal::new(m, s).map(|d| d.sample(rng)).map_err(|e| format!("{e} (mu {m}, sigma {s})"))
+        })
+    }
+
+    /// `student_t_rng(nu, mu, sigma)`.
+    pub fn student_t_rng(&mut self, nu: Tensor<2>, mu: Tensor<2>, sigma: Tensor<2>) -> Result<Tensor<2>, ModelError> {
+        self.draw("student_t_rng", [("nu", nu), ("mu", mu), ("sigma", sigma)], |[nu, m, s], rng| {
+            if !(s > 0.0) {
+                return Err(format!("sigma {s} must be > 0"));
+            }
+            rand_distr::StudentT::new(nu).map(|d| m + s * d.sample(rng)).map_err(|e| format!("{e} (nu {nu})"))
+        })
+    }
+
+    /// `bernoulli_rng(theta)`: 0 or 1.
+    pub fn bernoulli_rng(&mut self, theta: Tensor<2>) -> Result<Tensor<2>, ModelError> {
+        self.draw("bernoulli_rng", [("theta", theta)], |[p], rng| {
+            rand_distr::Bernoulli::new(p).map(|d| f64::from(u8::from(d.sample(rng)))).map_err(|e| format!("{e} ({p})"))
+        })
+    }
+
+    /// `bernoulli_logit_rng(alpha)`: 0 or 1 with probability `inv_logit(alpha)` of 1.
+    pub fn bernoulli_logit_rng(&mut self, alpha: Tensor<2>) -> Result<Tensor<2>, ModelError> {
+        self.draw("bernoulli_logit_rng", [("alpha", alpha)], |[a], rng| {
+            if a.is_nan() {
+                return Err("alpha is NaN".into());
+            }
+            let p = 1.0 / (1.0 + (-a).exp());
+            Ok(f64::from(u8::from(rng.random::<f64>() < p)))
+        })
+    }
+
+    /// `binomial_rng(N, theta)`.
+    pub fn binomial_rng(&mut self, trials: Tensor<2>, theta: Tensor<2>) -> Result<Tensor<2>, ModelError> {
+        self.draw("binomial_rng", [("N", trials), ("theta", theta)], |[n, p], rng| {
+            if !(n >= 0.0 && n.fract() == 0.0) {
+                return Err(format!("N {n} must be a count"));
+            }
+            rand_distr::Binomial::new(n as u64, p).map(|d| d.sample(rng) as f64).map_err(|e| format!("{e} ({p})"))
+        })
+    }
+
+    /// `poisson_rng(lambda)`.
+    pub fn poisson_rng(&mut self, lambda: Tensor<2>) -> Result<Tensor<2>, ModelError> {
+        self.draw("poisson_rng", [("lambda", lambda)], |[l], rng| poisson(l, rng))
+    }
+
+    /// `poisson_log_rng(alpha)`: Poisson with rate `exp(alpha)`.
+    pub fn poisson_log_rng(&mut self, alpha: Tensor<2>) -> Result<Tensor<2>, ModelError> {
+        self.draw("poisson_log_rng", [("alpha", alpha)], |[a], rng| poisson(a.exp(), rng))
+    }
+
+    /// `neg_binomial_2_rng(mu, phi)`: a Poisson whose rate is Gamma(phi, phi / mu), as Stan draws it.
+    pub fn neg_binomial_2_rng(&mut self, mu: Tensor<2>, phi: Tensor<2>) -> Result<Tensor<2>, ModelError> {
+        self.draw("neg_binomial_2_rng", [("mu", mu), ("phi", phi)], |[m, phi], rng| {
+            if !(m > 0.0 && phi > 0.0) {
+                return Err(format!("mu {m} and phi {phi} must be > 0"));
+            }
+            let rate = rand_distr::Gamma::new(phi, m / phi).map_err(|e| e.to_string())?.sample(rng);
+            poisson(rate, rng)
+        })
+    }
+
+    /// `exponential_rng(beta)` (rate `beta`).
+    pub fn exponential_rng(&mut self, beta: Tensor<2>) -> Result<Tensor<2>, ModelError> {
+        self.draw("exponential_rng", [("beta", beta)], |[b], rng| {
+            rand_distr::Exp::new(b).map(|d| d.sample(rng)).map_err(|e| format!("{e} ({b})"))
+        })
+    }
+
+    /// `gamma_rng(alpha, beta)` (shape `alpha`, rate `beta`).
+    pub fn gamma_rng(&mut self, alpha: Tensor<2>, beta: Tensor<2>) -> Result<Tensor<2>, ModelError> {
+        self.draw("gamma_rng", [("alpha", alpha), ("beta", beta)], |[a, b], rng| {
+            if !(b > 0.0) {
+                return Err(format!("beta {b} must be > 0"));
+            }
+            rand_distr::Gamma::new(a, 1.0 / b).map(|d| d.sample(rng)).map_err(|e| format!("{e} ({a})"))
+        })
+    }
+
+    /// `uniform_rng(alpha, beta)`.
+    pub fn uniform_rng(&mut self, alpha: Tensor<2>, beta: Tensor<2>) -> Result<Tensor<2>, ModelError> {
+        self.draw("uniform_rng", [("alpha", alpha), ("beta", beta)], |[a, b], rng| {
+            if !(a < b) {
+                return Err(format!("alpha {a} must be below beta {b}"));
+            }
+            Ok(a + (b - a) * rng.random::<f64>())
+        })
+    }
+
+    /// `categorical_logit_rng(beta)` for each row of `beta` `[n, K]`: a category in `1..=K`, `[n, 1]`.
+    pub fn categorical_logit_rng(&mut self, beta: Tensor<2>) -> Result<Tensor<2>, ModelError> {
+        let [n, k] = beta.dims();
+        let device = beta.device();
+        let host = crate::tensor_ops::to_vec_f32(&beta);
+        let mut out = Vec::with_capacity(n);
+        for (r, row) in host.chunks(k.max(1)).enumerate().take(n) {
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let weights: Vec<f64> = row.iter().map(|&b| f64::from(b - max).exp()).collect();
+            let d = rand_distr::weighted::WeightedIndex::new(&weights).map_err(|e| ModelError::Quantity {
+                name: "categorical_logit_rng(beta)".into(),
+                reason: format!("at draw {}: {e}", r + 1),
+            })?;
+            out.push((d.sample(&mut *self.rng) + 1) as f32);
+        }
+        Ok(Tensor::<1>::from_floats(out.as_slice(), &device).reshape([n, 1]))
+    }
+}
+
+/// Stan's checks of a location and scale: `mu` finite, `sigma` finite and positive.
+fn location_scale(mu: f64, sigma: f64) -> Result<(), String> {
+    if !mu.is_finite() {
+        return Err(format!("mu {mu} must be finite"));
+    }
+    if !(sigma > 0.0 && sigma.is_finite()) {
+        return Err(format!("sigma {sigma} must be finite and > 0"));
+    }
+    Ok(())
+}
+
+/// One Poisson draw of rate `rate` (0 for a rate of 0, as Stan).
+fn poisson(rate: f64, rng: &mut dyn Rng) -> Result<f64, String> {
+    if rate == 0.0 {
+        return Ok(0.0);
+    }
+    // Stan refuses rates past 2^30, where a draw no longer fits an int.
+    if !(rate > 0.0 && rate < 1.0737e9) {
+        return Err(format!("rate {rate} must be in (0, 2^30)"));
+    }
+    rand_distr::Poisson::new(rate).map(|d| d.sample(rng)).map_err(|e| format!("{e} ({rate})"))
 }
 
 /// The log density being accumulated, `[n]` (Stan's `target`). `target += term` sums a term over
@@ -145,6 +410,8 @@ pub struct Compiled<P> {
     program: P,
     layout: ParamLayout,
     names: Vec<String>,
+    /// Stan's names of the generated quantities.
+    generated_names: Vec<String>,
     /// The error of the last evaluation that failed (see [`LogDensity::take_error`]).
     error: Mutex<Option<ModelError>>,
 }
@@ -156,14 +423,19 @@ impl<P: Program> Compiled<P> {
     pub fn new(program: P, device: &burn::tensor::Device) -> Result<Self, ModelError> {
         let layout = program.parameters()?;
         let origin = Tensor::<2>::zeros([1, layout.dim()], device);
-        let transformed = Self::transformed_of(&program, &layout, origin)?;
+        let transformed = Self::transformed_of(&program, &layout, origin.clone())?;
         let names = layout
             .blocks()
             .iter()
             .flat_map(|b| stan_names(&b.name, &b.shape))
-            .chain(transformed.iter().flat_map(|(name, value)| transformed_names(name, value.dims()[1])))
+            .chain(recorded_names(&transformed)?)
             .collect();
-        Ok(Self { program, layout, names, error: Mutex::new(None) })
+        // The generated block run once too, with a throwaway stream: its names, and its errors
+        // (a name declared twice, a shape that does not match) before any fit.
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(0);
+        let generated = Self::generated_of(&program, &layout, origin, &mut rng)?;
+        let generated_names = recorded_names(&generated)?;
+        Ok(Self { program, layout, names, generated_names, error: Mutex::new(None) })
     }
 
     /// The parameters' layout (the `parameters` block).
@@ -186,22 +458,92 @@ impl<P: Program> Compiled<P> {
     pub fn reported(&self, particles: Tensor<2>) -> Result<Tensor<2>, ModelError> {
         let mut columns = vec![self.layout.constrain(particles.clone())];
         let transformed = Self::transformed_of(&self.program, &self.layout, particles)?;
-        columns.extend(transformed.into_iter().map(|(_, v)| v));
+        columns.extend(transformed.into_iter().map(|(_, _, v)| v));
         Ok(Tensor::cat(columns, 1))
     }
 
-    /// Runs the model, recording the transformed parameters it declares.
-    fn transformed_of(
+    /// Stan's names of the generated quantities, in the block's order.
+    pub fn generated_names(&self) -> &[String] {
+        &self.generated_names
+    }
+
+    /// The generated quantities `[n, generated_names().len()]` of unconstrained particles
+    /// `[n, dim]`, their random draws from `rng` (seed it for a reproducible block).
+    pub fn generated(&self, particles: Tensor<2>, rng: &mut dyn Rng) -> Result<Tensor<2>, ModelError> {
+        let n = particles.dims()[0];
+        let device = particles.device();
+        let outputs = Self::generated_of(&self.program, &self.layout, particles, rng)?;
+        let columns: Vec<Tensor<2>> = outputs.into_iter().map(|(_, _, v)| v).collect();
+        let width: usize = columns.iter().map(|c| c.dims()[1]).sum();
+        if width != self.generated_names.len() {
+            return Err(ModelError::Quantity {
+                name: "generated quantities block".into(),
+                reason: format!(
+                    "gave {width} values a draw, but {} when the model was compiled: the block must declare the same outputs every time",
+                    self.generated_names.len()
+                ),
+            });
+        }
+        if columns.is_empty() {
+            return Ok(Tensor::zeros([n, 0], &device));
+        }
+        Ok(Tensor::cat(columns, 1))
+    }
+
+    /// Runs the generated block, checking each output has one row per particle.
+    fn generated_of(
         program: &P,
         layout: &ParamLayout,
         particles: Tensor<2>,
-    ) -> Result<Vec<(String, Tensor<2>)>, ModelError> {
+        rng: &mut dyn Rng,
+    ) -> Result<Vec<Recorded>, ModelError> {
+        let n = particles.dims()[0];
+        let unpacked = layout.unpack(particles);
+        let vars = Vars { unpacked, particles: n, batch: None, recorded: None };
+        let mut out = Generated::new(rng);
+        program.generated(&vars, &mut out)?;
+        for (name, _, value) in &out.outputs {
+            let [rows, _] = value.dims();
+            if rows != n {
+                return Err(ModelError::Quantity {
+                    name: format!("generated quantity `{name}`"),
+                    reason: format!("has {rows} rows for {n} draws: give one row per draw, [n, size]"),
+                });
+            }
+        }
+        Ok(out.outputs)
+    }
+
+    /// Runs the model, recording the transformed parameters it declares.
+    fn transformed_of(program: &P, layout: &ParamLayout, particles: Tensor<2>) -> Result<Vec<Recorded>, ModelError> {
         let n = particles.dims()[0];
         let device = particles.device();
         let unpacked = layout.unpack(particles);
         let vars = Vars { unpacked, particles: n, batch: None, recorded: Some(RefCell::new(Vec::new())) };
         program.model(&vars, &mut Target::new(n, &device))?;
         Ok(vars.recorded.map(RefCell::into_inner).unwrap_or_default())
+    }
+}
+
+impl<P: Program> StanModel for Compiled<P> {
+    fn layout(&self) -> &ParamLayout {
+        &self.layout
+    }
+
+    fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    fn reported(&self, particles: Tensor<2>) -> Result<Tensor<2>, ModelError> {
+        Compiled::reported(self, particles)
+    }
+
+    fn generated_names(&self) -> &[String] {
+        &self.generated_names
+    }
+
+    fn generated(&self, particles: Tensor<2>, rng: &mut dyn Rng) -> Result<Tensor<2>, ModelError> {
+        Compiled::generated(self, particles, rng)
     }
 }
 
@@ -263,4 +605,31 @@ pub fn stan_names(name: &str, shape: &[usize]) -> Vec<String> {
 /// `real`), more as a vector.
 fn transformed_names(name: &str, size: usize) -> Vec<String> {
     if size == 1 { vec![name.to_string()] } else { stan_names(name, &[size]) }
+}
+
+/// The names of recorded quantities, each by its declared shape, checking that a shape matches
+/// its values' width and that no name is declared twice.
+fn recorded_names(recorded: &[Recorded]) -> Result<Vec<String>, ModelError> {
+    let mut names = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for (name, shape, value) in recorded {
+        let width = value.dims()[1];
+        if !seen.insert(name.as_str()) {
+            return Err(ModelError::Quantity { name: format!("quantity `{name}`"), reason: "declared twice".into() });
+        }
+        match shape {
+            None => names.extend(transformed_names(name, width)),
+            Some(shape) => {
+                let size: usize = shape.iter().product();
+                if size != width {
+                    return Err(ModelError::Quantity {
+                        name: format!("quantity `{name}`"),
+                        reason: format!("shape {shape:?} holds {size} values but {width} were given"),
+                    });
+                }
+                names.extend(stan_names(name, shape));
+            }
+        }
+    }
+    Ok(names)
 }

@@ -8,7 +8,7 @@ use std::f64::consts::PI;
 
 use burn::tensor::{Device, Tensor};
 use parvi_model::dist::{InvGamma, LogProb, Normal, StudentT};
-use parvi_model::program::{Program, Target, Vars};
+use parvi_model::program::{Generated, Program, Target, Vars};
 use parvi_model::tensor_ops::matrix_from_vec;
 use parvi_model::{ModelError, ParamLayout};
 
@@ -92,6 +92,13 @@ impl Program for AccelGp {
             .positive("sdgp_sigma_1", &[])?
             .positive("lscale_sigma_1", &[])?
             .real("zgp_sigma_1", &[self.log_sd.functions])
+    }
+
+    /// `real b_Intercept = Intercept; real b_sigma_Intercept = Intercept_sigma;`
+    fn generated(&self, p: &Vars, out: &mut Generated) -> Result<(), ModelError> {
+        out.output("b_Intercept", p.get("Intercept")?);
+        out.output("b_sigma_Intercept", p.get("Intercept_sigma")?);
+        Ok(())
     }
 
     fn model(&self, p: &Vars, target: &mut Target) -> Result<(), ModelError> {

@@ -7,7 +7,7 @@
 
 use burn::tensor::{Device, Tensor};
 use parvi_model::dist::{Cauchy, LogProb, Normal};
-use parvi_model::program::{Program, Target, Vars};
+use parvi_model::program::{Generated, Program, Target, Vars};
 use parvi_model::tensor_ops::matrix_from_vec;
 use parvi_model::{Minibatch, ModelError, ParamLayout};
 
@@ -63,5 +63,16 @@ impl Program for Ark {
 
     fn data_len(&self) -> Option<usize> {
         Some(self.y.dims()[0])
+    }
+
+    /// `vector[T - K] log_lik; log_lik[t] = normal_lpdf(y[t] | mu[t], sigma);` over every time
+    /// point the likelihood covers (not in posteriordb's program: the pointwise log-likelihood
+    /// that PSIS-LOO reads).
+    fn generated(&self, p: &Vars, out: &mut Generated) -> Result<(), ModelError> {
+        let (alpha, beta, sigma) = (p.get("alpha")?, p.get("beta")?, p.get("sigma")?);
+        let mu = beta.matmul(self.lags.clone().transpose()) + alpha;
+        let points = self.y.dims()[0];
+        out.output_shaped("log_lik", &[points], Normal::new(mu, sigma)?.log_prob(self.y.clone().transpose()));
+        Ok(())
     }
 }

@@ -1,17 +1,18 @@
 //! Reading a posterior's `data.json` as Stan reads it, with the checks Stan's data block makes:
 //! every error names the posterior, the file, the field and the reason.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
+
+use crate::stan_data::{Ints, Reals, StanData, StanDataError};
 
 use super::PosteriorDbError;
 
 /// The fields of one `data.json`, with what is needed to word an error.
 pub(crate) struct Data {
     posterior: String,
-    file: PathBuf,
-    fields: Map<String, Value>,
+    data: StanData,
 }
 
 /// Reads and parses a JSON file of the suite; both failures name the posterior and the file.
@@ -32,42 +33,24 @@ pub(crate) fn read_json(posterior: &str, file: &Path) -> Result<Value, Posterior
 
 impl Data {
     /// Posterior `posterior`'s data file `file` (Stan's JSON data format), which must be a JSON
-    /// object.
+    /// object: read by the one public reader, [`StanData`], its errors worded for the suite.
     pub(crate) fn read(posterior: &str, file: &Path) -> Result<Self, PosteriorDbError> {
-        let file = file.to_path_buf();
-        match read_json(posterior, &file)? {
-            Value::Object(fields) => Ok(Self { posterior: posterior.to_string(), file, fields }),
-            other => Err(PosteriorDbError::InvalidField {
-                posterior: posterior.to_string(),
-                file,
-                field: "(top level)".into(),
-                reason: format!("expected a JSON object of named fields, found {}", kind(&other)),
-            }),
-        }
+        let data = StanData::read(file).map_err(|e| suite_error(posterior, e))?;
+        Ok(Self { posterior: posterior.to_string(), data })
+    }
+
+    fn lift<T>(&self, result: Result<T, StanDataError>) -> Result<T, PosteriorDbError> {
+        result.map_err(|e| suite_error(&self.posterior, e))
     }
 
     /// An [`PosteriorDbError::InvalidField`] for `field`.
     pub(crate) fn invalid(&self, field: &str, reason: impl Into<String>) -> PosteriorDbError {
-        PosteriorDbError::InvalidField {
-            posterior: self.posterior.to_string(),
-            file: self.file.clone(),
-            field: field.to_string(),
-            reason: reason.into(),
-        }
-    }
-
-    fn get(&self, field: &str) -> Result<&Value, PosteriorDbError> {
-        self.fields.get(field).ok_or_else(|| PosteriorDbError::MissingField {
-            posterior: self.posterior.to_string(),
-            file: self.file.clone(),
-            field: field.to_string(),
-        })
+        suite_error(&self.posterior, self.data.invalid(field, None, reason))
     }
 
     /// An `int` field no smaller than `lower` (Stan's `int<lower=...>`), as a count.
     pub(crate) fn size(&self, field: &str, lower: usize) -> Result<usize, PosteriorDbError> {
-        let value = self.get(field)?;
-        let v = as_int(value).ok_or_else(|| self.invalid(field, format!("expected an integer, found {value}")))?;
+        let v = self.int(field)?;
         if v < lower as i64 {
             return Err(self.invalid(field, format!("value {v} is below the lower bound {lower}")));
         }
@@ -76,38 +59,22 @@ impl Data {
 
     /// An `int` field, any value.
     pub(crate) fn int(&self, field: &str) -> Result<i64, PosteriorDbError> {
-        let value = self.get(field)?;
-        as_int(value).ok_or_else(|| self.invalid(field, format!("expected an integer, found {value}")))
+        self.lift(self.data.int(field))
     }
 
     /// A `real` field.
     pub(crate) fn real(&self, field: &str) -> Result<f64, PosteriorDbError> {
-        let value = self.get(field)?;
-        value.as_f64().ok_or_else(|| self.invalid(field, format!("expected a number, found {value}")))
+        self.lift(self.data.real(field))
     }
 
     /// A vector or array of `len` reals, whose length is given by the size field `len_field`.
     pub(crate) fn reals(&self, field: &str, len: usize, len_field: &str) -> Result<Vec<f64>, PosteriorDbError> {
-        let items = self.array(field, len, len_field)?;
-        items
-            .iter()
-            .enumerate()
-            .map(|(i, v)| {
-                v.as_f64().ok_or_else(|| self.invalid(field, format!("element {} is not a number: {v}", i + 1)))
-            })
-            .collect()
+        self.lift(self.data.vector(field, len).map(Reals::into_vec)).map_err(|e| name_size(e, len_field, len))
     }
 
     /// An array of `len` integers, whose length is given by the size field `len_field`.
     pub(crate) fn ints(&self, field: &str, len: usize, len_field: &str) -> Result<Vec<i64>, PosteriorDbError> {
-        let items = self.array(field, len, len_field)?;
-        items
-            .iter()
-            .enumerate()
-            .map(|(i, v)| {
-                as_int(v).ok_or_else(|| self.invalid(field, format!("element {} is not an integer: {v}", i + 1)))
-            })
-            .collect()
+        self.lift(self.data.ints(field, len).map(Ints::into_vec)).map_err(|e| name_size(e, len_field, len))
     }
 
     /// A `matrix[rows, cols]` given as `rows` arrays of `cols` numbers; row-major values.
@@ -117,38 +84,8 @@ impl Data {
         (rows, rows_field): (usize, &str),
         (cols, cols_field): (usize, &str),
     ) -> Result<Vec<f64>, PosteriorDbError> {
-        let items = self.array(field, rows, rows_field)?;
-        let mut out = Vec::with_capacity(rows * cols);
-        for (r, row) in items.iter().enumerate() {
-            let Value::Array(row) = row else {
-                return Err(self.invalid(field, format!("row {} is not an array: {}", r + 1, kind(row))));
-            };
-            if row.len() != cols {
-                return Err(
-                    self.invalid(field, format!("row {} has {} values but {cols_field} = {cols}", r + 1, row.len()))
-                );
-            }
-            for (c, v) in row.iter().enumerate() {
-                out.push(v.as_f64().ok_or_else(|| {
-                    self.invalid(field, format!("element [{}, {}] is not a number: {v}", r + 1, c + 1))
-                })?);
-            }
-        }
-        Ok(out)
-    }
-
-    fn array(&self, field: &str, len: usize, len_field: &str) -> Result<&[Value], PosteriorDbError> {
-        let value = self.get(field)?;
-        // Stan's JSON writes a one-element array as a bare number.
-        let items: &[Value] = match value {
-            Value::Array(items) => items,
-            Value::Number(_) => std::slice::from_ref(value),
-            other => return Err(self.invalid(field, format!("expected an array, found {}", kind(other)))),
-        };
-        if items.len() != len {
-            return Err(self.invalid(field, format!("has {} values but {len_field} = {len}", items.len())));
-        }
-        Ok(items)
+        self.lift(self.data.matrix(field, rows, cols).map(Reals::into_vec))
+            .map_err(|e| name_size(name_size(e, rows_field, rows), cols_field, cols))
     }
 
     /// Checks Stan's data-block bounds `<lower=..., upper=...>` (inclusive) on every value.
@@ -186,18 +123,47 @@ impl Data {
     }
 }
 
-/// An integer, from an integer literal or a float with no fractional part.
-fn as_int(value: &Value) -> Option<i64> {
-    value.as_i64().or_else(|| value.as_f64().filter(|v| v.fract() == 0.0 && v.abs() < 9.0e15).map(|v| v as i64))
+/// A reader's error in the suite's words: the posterior named, the field's error kept.
+fn suite_error(posterior: &str, error: StanDataError) -> PosteriorDbError {
+    let posterior = posterior.to_string();
+    match error {
+        StanDataError::Io { file, error } => PosteriorDbError::Io { posterior, file, error },
+        StanDataError::Json { file, line, column, reason } => {
+            PosteriorDbError::Json { posterior, file, line, column, reason }
+        }
+        StanDataError::Missing { file, field } => PosteriorDbError::MissingField { posterior, file, field },
+        StanDataError::Invalid { file, field, element, reason } => PosteriorDbError::InvalidField {
+            posterior,
+            file,
+            field,
+            reason: match element {
+                Some(e) => format!("element {e}: {reason}"),
+                None => reason,
+            },
+        },
+        StanDataError::NotUtf8 { file, offset } => PosteriorDbError::InvalidField {
+            posterior,
+            file,
+            field: "(file)".into(),
+            reason: format!("not UTF-8 text (invalid byte at offset {offset})"),
+        },
+        StanDataError::NotObject { file, found } => PosteriorDbError::InvalidField {
+            posterior,
+            file,
+            field: "(top level)".into(),
+            reason: format!("expected a JSON object of named fields, found {found}"),
+        },
+    }
 }
 
-fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
+/// The suite's models name the size field of a length: `has 3 values but N = 5`.
+fn name_size(error: PosteriorDbError, size_field: &str, len: usize) -> PosteriorDbError {
+    match error {
+        PosteriorDbError::InvalidField { posterior, file, field, reason } => {
+            let reason =
+                reason.replace(&format!(" values, declared {len}"), &format!(" values but {size_field} = {len}"));
+            PosteriorDbError::InvalidField { posterior, file, field, reason }
+        }
+        other => other,
     }
 }

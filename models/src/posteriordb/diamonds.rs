@@ -11,7 +11,7 @@
 
 use burn::tensor::{Device, Tensor};
 use parvi_model::dist::{LogProb, Normal, StudentT};
-use parvi_model::program::{Program, Target, Vars};
+use parvi_model::program::{Generated, Program, Target, Vars};
 use parvi_model::tensor_ops::matrix_from_vec;
 use parvi_model::{Minibatch, ModelError, ParamLayout};
 
@@ -31,6 +31,8 @@ pub(super) struct Diamonds {
     half_t_norm: f64,
     /// `prior_only`: the likelihood is left out.
     prior_only: bool,
+    /// `means_X` `[1, K - 1]`: the centred columns' means, for the generated `b_Intercept`.
+    means: Tensor<2>,
 }
 
 impl Diamonds {
@@ -55,6 +57,7 @@ impl Diamonds {
             y_mean,
             half_t_norm: -half_t.map_err(super::model_error("diamonds"))?,
             prior_only,
+            means: matrix_from_vec(means.iter().map(|&m| m as f32).collect(), 1, k - 1, device),
         })
     }
 }
@@ -77,6 +80,13 @@ impl Program for Diamonds {
             let residual = yc.transpose() - b.matmul(xc.transpose()) - intercept.sub_scalar(self.y_mean); // [n, B]
             *target += Normal::new(0.0, sigma)?.log_prob_sum(residual, 1).mul_scalar(scale);
         }
+        Ok(())
+    }
+
+    /// `real b_Intercept = Intercept - dot_product(means_X, b);`
+    fn generated(&self, p: &Vars, out: &mut Generated) -> Result<(), ModelError> {
+        let (b, intercept) = (p.get("b")?, p.get("Intercept")?);
+        out.output("b_Intercept", intercept - (b * self.means.clone()).sum_dim(1));
         Ok(())
     }
 

@@ -2,7 +2,7 @@
 
 use burn::tensor::{Device, Tensor};
 use parvi_model::dist::{Cauchy, LogProb, Normal};
-use parvi_model::program::{Program, Target, Vars};
+use parvi_model::program::{Generated, Program, Target, Vars};
 use parvi_model::tensor_ops::matrix_from_vec;
 use parvi_model::{ModelError, ParamLayout};
 
@@ -47,6 +47,19 @@ impl Program for EightSchools {
         *target += Normal::new(theta, self.sigma.clone())?.log_prob(self.y.clone());
         *target += Normal::new(0.0, 5.0)?.log_prob(mu);
         *target += Cauchy::new(0.0, 5.0)?.log_prob(tau);
+        Ok(())
+    }
+
+    /// `vector[J] log_lik; log_lik[j] = normal_lpdf(y[j] | theta[j], sigma[j]);` (not in
+    /// posteriordb's program: the pointwise log-likelihood that PSIS-LOO reads, as the Stan
+    /// documentation's LOO examples add it).
+    fn generated(&self, p: &Vars, out: &mut Generated) -> Result<(), ModelError> {
+        let theta = p.get("theta_trans")? * p.get("tau")? + p.get("mu")?;
+        out.output_shaped(
+            "log_lik",
+            &[self.y.dims()[1]],
+            Normal::new(theta, self.sigma.clone())?.log_prob(self.y.clone()),
+        );
         Ok(())
     }
 }

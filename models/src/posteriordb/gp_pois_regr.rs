@@ -17,7 +17,7 @@
 use burn::tensor::{DType, Device, FloatDType, Tensor, TensorData};
 use parvi_model::dist::{Gamma, LogProb, Normal, Poisson};
 use parvi_model::linalg::{DEFAULT_PIVOT_FLOOR, cholesky_floored, exp_quad_cov};
-use parvi_model::program::{Program, Target, Vars};
+use parvi_model::program::{Generated, Program, Target, Vars};
 use parvi_model::tensor_ops::matrix_from_vec;
 use parvi_model::{ModelError, ParamLayout};
 
@@ -114,18 +114,35 @@ impl Program for GpPoisson {
 
     fn model(&self, p: &Vars, target: &mut Target) -> Result<(), ModelError> {
         let (rho, alpha, f_tilde) = (p.get("rho")?, p.get("alpha")?, p.get("f_tilde")?);
-        let [n, points] = f_tilde.dims();
-        // cov = gp_exp_quad_cov(x, alpha, rho) + jitter, L_cov = cholesky_decompose(cov) in f64.
-        let (jitter, pivot_floor) = self.jitter(self.wide(alpha.clone()));
-        let cov = exp_quad_cov(self.x.clone(), self.wide(alpha.clone()), self.wide(rho.clone()))? + jitter;
-        let (l_cov, _) = cholesky_floored(cov, pivot_floor)?;
-        let f = l_cov.matmul(self.wide(f_tilde.clone()).reshape([n, points, 1])).reshape([n, points]);
-        let f = p.transformed("f", f.cast(f_tilde.dtype()));
+        let f = p.transformed("f", self.latent(p)?);
         *target += Gamma::new(25.0, 4.0)?.log_prob(rho);
         *target += Normal::new(0.0, 2.0)?.log_prob(alpha);
         *target += Normal::new(0.0, 1.0)?.log_prob(f_tilde);
         *target += Poisson::from_log_rate(f).log_prob(self.counts.clone());
         Ok(())
+    }
+
+    /// `vector[N] log_lik; log_lik[i] = poisson_log_lpmf(k[i] | f[i]);` (not in posteriordb's
+    /// program: the pointwise log-likelihood that PSIS-LOO reads).
+    fn generated(&self, p: &Vars, out: &mut Generated) -> Result<(), ModelError> {
+        let f = self.latent(p)?;
+        let points = f.dims()[1];
+        out.output_shaped("log_lik", &[points], Poisson::from_log_rate(f).log_prob(self.counts.clone()));
+        Ok(())
+    }
+}
+
+impl GpPoisson {
+    /// The latent `f = L_cov f_tilde` `[n, N]`, `L_cov = cholesky_decompose(gp_exp_quad_cov(x,
+    /// alpha, rho) + jitter)` in `f64` where the device has it.
+    fn latent(&self, p: &Vars) -> Result<Tensor<2>, ModelError> {
+        let (rho, alpha, f_tilde) = (p.get("rho")?, p.get("alpha")?, p.get("f_tilde")?);
+        let [n, points] = f_tilde.dims();
+        let (jitter, pivot_floor) = self.jitter(self.wide(alpha.clone()));
+        let cov = exp_quad_cov(self.x.clone(), self.wide(alpha), self.wide(rho))? + jitter;
+        let (l_cov, _) = cholesky_floored(cov, pivot_floor)?;
+        let f = l_cov.matmul(self.wide(f_tilde.clone()).reshape([n, points, 1])).reshape([n, points]);
+        Ok(f.cast(f_tilde.dtype()))
     }
 }
 

@@ -8,7 +8,7 @@ use std::f64::consts::LN_10;
 use burn::tensor::{Device, Tensor};
 use parvi_model::dist::{LogNormal, LogProb, Normal};
 use parvi_model::ode::{OdeOptions, ode_rk45};
-use parvi_model::program::{Program, Target, Vars};
+use parvi_model::program::{Generated, Program, Target, Vars};
 use parvi_model::tensor_ops::matrix_from_vec;
 use parvi_model::{ModelError, ParamLayout};
 
@@ -72,6 +72,22 @@ impl Program for LotkaVolterra {
         *target += LogNormal::new(LN_10, 1.0)?.log_prob(z_init.clone());
         *target += LogNormal::new(z_init.log(), sigma.clone())?.log_prob(self.y_init.clone());
         *target += LogNormal::new(z.log(), sigma.unsqueeze_dim::<3>(1))?.log_prob(self.y.clone());
+        Ok(())
+    }
+
+    /// `y_init_rep[k] = lognormal_rng(log(z_init[k]), sigma[k])`, `y_rep[n, k] =
+    /// lognormal_rng(log(z[n, k]), sigma[k])`: the same solve as the model block's.
+    fn generated(&self, p: &Vars, out: &mut Generated) -> Result<(), ModelError> {
+        let (theta, z_init, sigma) = (p.get("theta")?, p.get("z_init")?, p.get("sigma")?);
+        let options = OdeOptions::new(1e-5, 1e-3, 500);
+        let z = ode_rk45(dz_dt, z_init.clone(), 0.0, &self.ts, &theta, &options)?.states; // [n, N, 2]
+        let [n, steps, _] = z.dims();
+        let y_init_rep = out.lognormal_rng(z_init.log(), sigma.clone())?;
+        out.output_shaped("y_init_rep", &[2], y_init_rep);
+        // [n, N * 2], row-major: y_rep[1,1], y_rep[1,2], y_rep[2,1], ... as Stan names them.
+        let scale = sigma.unsqueeze_dim::<3>(1).repeat_dim(1, steps).reshape([n, steps * 2]);
+        let y_rep = out.lognormal_rng(z.log().reshape([n, steps * 2]), scale)?;
+        out.output_shaped("y_rep", &[steps, 2], y_rep);
         Ok(())
     }
 }

@@ -30,7 +30,7 @@ mod sblrc;
 use std::path::{Path, PathBuf};
 
 use burn::tensor::{Device, Tensor};
-use parvi_model::program::{Compiled, Program};
+use parvi_model::program::{Compiled, Program, StanModel};
 use parvi_model::{LogDensity, Minibatch, ModelError, ParamLayout};
 use thiserror::Error;
 
@@ -315,7 +315,7 @@ fn load_model(
 
 /// A compiled model, and how its build on this device departs from the Stan program (gp_pois_regr
 /// without `f64`), if it does.
-type Built = (Box<dyn Target>, Option<&'static str>);
+type Built = (Box<dyn StanModel>, Option<&'static str>);
 
 /// A model written as a [`Program`]: compiled, which runs it once.
 fn program<P: Program + 'static>(name: &str, program: P, device: &Device) -> Result<Built, PosteriorDbError> {
@@ -359,26 +359,13 @@ fn build(name: &str, model: &str, data: &Data, device: &Device) -> Result<Built,
     }
 }
 
-/// A compiled posteriordb model as a trait object: its log density, layout and reported
-/// quantities (implemented by [`Compiled`] for every model's [`Program`]).
-trait Target: LogDensity {
-    /// The blocks of the unconstrained particle, in Stan's parameter order.
-    fn layout(&self) -> &ParamLayout;
-
-    /// Stan's names of the reported quantities.
-    fn names(&self) -> &[String];
-
-    /// Unconstrained particles `[n, dim]` to the reported quantities `[n, names().len()]`.
-    fn reported(&self, particles: Tensor<2>) -> Tensor<2>;
-}
-
 /// A loaded posterior: its model as a [`LogDensity`] on unconstrained particles, its layout, and
 /// the map to the quantities the reference draws report.
 pub struct PosteriorDbModel {
     name: String,
     model: String,
     folder: PathBuf,
-    target: Box<dyn Target>,
+    target: Box<dyn StanModel>,
     deviation: Option<&'static str>,
 }
 
@@ -425,7 +412,12 @@ impl PosteriorDbModel {
     /// Unconstrained particles `[n, dim]` to the reported quantities `[n, p]`, in
     /// [`PosteriorDbModel::param_names`] order, on the constrained scale.
     pub fn reported(&self, particles: Tensor<2>) -> Tensor<2> {
-        self.target.reported(particles)
+        let [n, _] = particles.dims();
+        let device = particles.device();
+        // As `log_prob`: a failure that depends on the particles gives NaN rows, not a panic.
+        self.target
+            .reported(particles)
+            .unwrap_or_else(|_| Tensor::full([n, self.target.names().len()], f32::NAN, &device))
     }
 
     /// How this build departs from the Stan program, if it does (gp_pois_regr on a device
@@ -458,21 +450,25 @@ impl LogDensity for PosteriorDbModel {
     }
 }
 
-impl<P: Program> Target for Compiled<P> {
+impl StanModel for PosteriorDbModel {
     fn layout(&self) -> &ParamLayout {
-        Compiled::layout(self)
-    }
-
-    fn reported(&self, particles: Tensor<2>) -> Tensor<2> {
-        let [n, _] = particles.dims();
-        let device = particles.device();
-        // As `log_prob`: a failure that depends on the particles gives NaN rows, not a panic.
-        Compiled::reported(self, particles)
-            .unwrap_or_else(|_| Tensor::full([n, Compiled::names(self).len()], f32::NAN, &device))
+        self.target.layout()
     }
 
     fn names(&self) -> &[String] {
-        Compiled::names(self)
+        self.target.names()
+    }
+
+    fn reported(&self, particles: Tensor<2>) -> Result<Tensor<2>, ModelError> {
+        self.target.reported(particles)
+    }
+
+    fn generated_names(&self) -> &[String] {
+        self.target.generated_names()
+    }
+
+    fn generated(&self, particles: Tensor<2>, rng: &mut dyn rand::Rng) -> Result<Tensor<2>, ModelError> {
+        self.target.generated(particles, rng)
     }
 }
 

@@ -1,0 +1,620 @@
+//! Stan's JSON data format, read as Stan's `data` block reads it: a size field, a real, an int,
+//! vectors, matrices and arrays of any shape, each declared by the reader with the sizes it
+//! must have, and the block's constraints checked on every element. Every error names the file,
+//! the field, the element (1-based, as Stan prints it) and the rule it breaks.
+//!
+//! ```no_run
+//! use parvi_models::stan_data::StanData;
+//!
+//! # fn main() -> Result<(), parvi_models::stan_data::StanDataError> {
+//! // data { int<lower=1> N; int<lower=1> J; array[N] int<lower=1, upper=J> jj;
+//! //        vector[N] y; vector<lower=0>[J] sigma; matrix[N, 3] X; }
+//! let data = StanData::read("data.json")?;
+//! let n = data.size("N")?;
+//! let jj = data.ints("jj", "N")?.lower(1)?.upper_field("J")?;
+//! let y = data.vector("y", "N")?;
+//! let sigma = data.vector("sigma", "J")?.lower(0.0)?;
+//! let x = data.matrix("X", n, 3)?;
+//! # let _ = (jj, y, sigma, x); Ok(()) }
+//! ```
+//!
+//! A size is given either as a number or as the name of the `int` field that declares it
+//! (`"N"`); with a name the error says `the array has 3 values but N = 5`. Values come back as `f64`
+//! (reals) or `i64` (ints) in row-major order; [`Reals::tensor`] and [`Ints::indices`] turn them
+//! into what a `Program` holds (a `[1, ...]` data tensor, 0-based indices for
+//! `parvi_model::tensor_ops` gathers).
+
+use std::path::{Path, PathBuf};
+
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use serde_json::{Map, Value};
+use thiserror::Error;
+
+/// What is wrong with a data file: each names the file and, where one is at fault, the field,
+/// the element and the reason.
+#[derive(Debug, Error)]
+pub enum StanDataError {
+    /// The file could not be read.
+    #[error("data file {}: cannot read it: {error}", file.display())]
+    Io {
+        /// The file.
+        file: PathBuf,
+        /// The operating system's reason.
+        error: std::io::Error,
+    },
+    /// The file is not UTF-8 text.
+    #[error("data file {}: not UTF-8 text (invalid byte at offset {offset}); Stan's JSON data is UTF-8", file.display())]
+    NotUtf8 {
+        /// The file.
+        file: PathBuf,
+        /// Byte offset of the first invalid byte.
+        offset: usize,
+    },
+    /// The file is not valid JSON (a truncated file ends here).
+    #[error("data file {}: not valid JSON (line {line}, column {column}): {reason}", file.display())]
+    Json {
+        /// The file.
+        file: PathBuf,
+        /// Line of the syntax error (from 1).
+        line: usize,
+        /// Column of the syntax error (from 1).
+        column: usize,
+        /// serde_json's message.
+        reason: String,
+    },
+    /// The top level is not a JSON object of named fields.
+    #[error("data file {}: expected a JSON object of named fields, found {found}", file.display())]
+    NotObject {
+        /// The file.
+        file: PathBuf,
+        /// What the top level is.
+        found: &'static str,
+    },
+    /// A field the model declares is absent.
+    #[error("data file {}: field `{field}` is missing (the model's data block declares it)", file.display())]
+    Missing {
+        /// The file.
+        file: PathBuf,
+        /// The missing field.
+        field: String,
+    },
+    /// A field has the wrong type, the wrong size, or a value outside its constraint.
+    #[error("data file {}: field `{field}`{}: {reason}", file.display(), element.as_deref().map(|e| format!(", element {e}")).unwrap_or_default())]
+    Invalid {
+        /// The file.
+        file: PathBuf,
+        /// The field at fault.
+        field: String,
+        /// The element at fault, 1-based as Stan prints it (`[3]`, `[2,1]`), if one is.
+        element: Option<String>,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+impl StanDataError {
+    /// The field at fault, if the error is about one.
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            StanDataError::Missing { field, .. } | StanDataError::Invalid { field, .. } => Some(field),
+            _ => None,
+        }
+    }
+}
+
+/// A size as a reader is told it: a number, or the name of the `int` field that declares it.
+#[derive(Clone, Copy, Debug)]
+pub enum Len<'a> {
+    /// A size known to the model (a constant, or one already read).
+    Fixed(usize),
+    /// The size is this `int` field's value (`vector[N] y`).
+    Field(&'a str),
+}
+
+impl From<usize> for Len<'_> {
+    fn from(n: usize) -> Self {
+        Len::Fixed(n)
+    }
+}
+
+impl<'a> From<&'a str> for Len<'a> {
+    fn from(name: &'a str) -> Self {
+        Len::Field(name)
+    }
+}
+
+/// The fields of one Stan JSON data file.
+#[derive(Clone, Debug)]
+pub struct StanData {
+    file: PathBuf,
+    fields: Map<String, Value>,
+}
+
+impl StanData {
+    /// Reads `file`: UTF-8 JSON whose top level is an object of named fields.
+    pub fn read(file: impl AsRef<Path>) -> Result<Self, StanDataError> {
+        let file = file.as_ref().to_path_buf();
+        let bytes = std::fs::read(&file).map_err(|error| StanDataError::Io { file: file.clone(), error })?;
+        let text = String::from_utf8(bytes)
+            .map_err(|e| StanDataError::NotUtf8 { file: file.clone(), offset: e.utf8_error().valid_up_to() })?;
+        Self::parse(&text, file)
+    }
+
+    /// Parses `text` as the contents of `file` (named in errors).
+    pub fn parse(text: &str, file: impl Into<PathBuf>) -> Result<Self, StanDataError> {
+        let file = file.into();
+        let value: Value = serde_json::from_str(text).map_err(|e| StanDataError::Json {
+            file: file.clone(),
+            line: e.line(),
+            column: e.column(),
+            reason: e.to_string(),
+        })?;
+        match value {
+            Value::Object(fields) => Ok(Self { file, fields }),
+            other => Err(StanDataError::NotObject { file, found: kind(&other) }),
+        }
+    }
+
+    /// Data with no fields (a model whose data block is empty), named `file` in errors.
+    pub fn empty(file: impl Into<PathBuf>) -> Self {
+        Self { file: file.into(), fields: Map::new() }
+    }
+
+    /// The file the data came from.
+    pub fn file(&self) -> &Path {
+        &self.file
+    }
+
+    /// Whether the file has field `field`.
+    pub fn has(&self, field: &str) -> bool {
+        self.fields.contains_key(field)
+    }
+
+    /// The fields' names (sorted).
+    pub fn field_names(&self) -> impl Iterator<Item = &str> {
+        self.fields.keys().map(String::as_str)
+    }
+
+    /// An [`StanDataError::Invalid`] for `field` (and `element`, 1-based), for a model's own
+    /// checks beyond the declared constraints.
+    pub fn invalid(&self, field: &str, element: Option<String>, reason: impl Into<String>) -> StanDataError {
+        StanDataError::Invalid { file: self.file.clone(), field: field.to_string(), element, reason: reason.into() }
+    }
+
+    fn get(&self, field: &str) -> Result<&Value, StanDataError> {
+        self.fields
+            .get(field)
+            .ok_or_else(|| StanDataError::Missing { file: self.file.clone(), field: field.to_string() })
+    }
+
+    /// `int field;`
+    pub fn int(&self, field: &str) -> Result<i64, StanDataError> {
+        let value = self.get(field)?;
+        as_int(value).ok_or_else(|| self.invalid(field, None, format!("expected an integer, found {}", show(value))))
+    }
+
+    /// `int<lower=0> field;`, as a count (a size other fields are declared with).
+    pub fn size(&self, field: &str) -> Result<usize, StanDataError> {
+        let v = self.int(field)?;
+        usize::try_from(v)
+            .map_err(|_| self.invalid(field, None, format!("value {v} is below the lower bound 0 of a size")))
+    }
+
+    /// `real field;`
+    pub fn real(&self, field: &str) -> Result<f64, StanDataError> {
+        let value = self.get(field)?;
+        as_real(value).ok_or_else(|| self.invalid(field, None, format!("expected a real, found {}", show(value))))
+    }
+
+    /// `vector[len] field;` or `array[len] real field;`
+    pub fn vector<'a>(&'a self, field: &'a str, len: impl Into<Len<'a>>) -> Result<Reals<'a>, StanDataError> {
+        self.reals(field, &[len.into()])
+    }
+
+    /// `matrix[rows, cols] field;` (or a two-dimensional real array), row-major.
+    pub fn matrix<'a>(
+        &'a self,
+        field: &'a str,
+        rows: impl Into<Len<'a>>,
+        cols: impl Into<Len<'a>>,
+    ) -> Result<Reals<'a>, StanDataError> {
+        self.reals(field, &[rows.into(), cols.into()])
+    }
+
+    /// A real array, vector, matrix or array of them of any `shape` (outermost first), row-major.
+    /// An empty `shape` is a scalar.
+    pub fn reals<'a>(&'a self, field: &'a str, shape: &[Len<'a>]) -> Result<Reals<'a>, StanDataError> {
+        let labels = labels(shape);
+        let shape = self.shape(field, shape)?;
+        let mut values = Vec::with_capacity(shape.iter().product());
+        self.walk(field, self.get(field)?, (&shape, &labels), &mut Vec::new(), &mut |index, v| match as_real(v) {
+            Some(x) => {
+                values.push(x);
+                Ok(())
+            }
+            None => Err(self.invalid(field, Some(element(index)), format!("expected a real, found {}", show(v)))),
+        })?;
+        Ok(Reals { data: self, field, shape, values })
+    }
+
+    /// `array[len] int field;`
+    pub fn ints<'a>(&'a self, field: &'a str, len: impl Into<Len<'a>>) -> Result<Ints<'a>, StanDataError> {
+        self.int_array(field, &[len.into()])
+    }
+
+    /// An int array of any `shape` (outermost first), row-major.
+    pub fn int_array<'a>(&'a self, field: &'a str, shape: &[Len<'a>]) -> Result<Ints<'a>, StanDataError> {
+        let labels = labels(shape);
+        let shape = self.shape(field, shape)?;
+        let mut values = Vec::with_capacity(shape.iter().product());
+        self.walk(field, self.get(field)?, (&shape, &labels), &mut Vec::new(), &mut |index, v| match as_int(v) {
+            Some(x) => {
+                values.push(x);
+                Ok(())
+            }
+            None => Err(self.invalid(field, Some(element(index)), format!("expected an integer, found {}", show(v)))),
+        })?;
+        Ok(Ints { data: self, field, shape, values })
+    }
+
+    /// The sizes of `shape`, reading the size fields it names.
+    fn shape(&self, field: &str, shape: &[Len<'_>]) -> Result<Vec<usize>, StanDataError> {
+        shape
+            .iter()
+            .map(|len| match *len {
+                Len::Fixed(n) => Ok(n),
+                Len::Field(name) => self.size(name).map_err(|e| match e {
+                    StanDataError::Missing { .. } => {
+                        self.invalid(field, None, format!("its size field `{name}` is missing from the file"))
+                    }
+                    other => other,
+                }),
+            })
+            .collect()
+    }
+
+    /// Visits every element of `value` against `shape`, checking each axis' length. Stan's JSON
+    /// writes a one-element array as a bare value, and an empty axis as `[]` at any depth.
+    fn walk(
+        &self,
+        field: &str,
+        value: &Value,
+        (shape, labels): (&[usize], &[Option<&str>]),
+        index: &mut Vec<usize>,
+        visit: &mut dyn FnMut(&[usize], &Value) -> Result<(), StanDataError>,
+    ) -> Result<(), StanDataError> {
+        let Some((&len, inner)) = shape.split_first() else {
+            if let Value::Array(items) = value {
+                return Err(self.invalid(
+                    field,
+                    (!index.is_empty()).then(|| element(index)),
+                    format!("expected a single value, found an array of {} values", items.len()),
+                ));
+            }
+            return visit(index, value);
+        };
+        let items: &[Value] = match value {
+            Value::Array(items) => items,
+            _ if len == 1 && !matches!(value, Value::Object(_)) => std::slice::from_ref(value),
+            other => {
+                let at = if index.is_empty() { String::new() } else { format!(" at {}", element(index)) };
+                return Err(self.invalid(field, None, format!("expected an array{at}, found {}", kind(other))));
+            }
+        };
+        if items.is_empty() && shape.contains(&0) {
+            return Ok(());
+        }
+        if items.len() != len {
+            let axis = index.len();
+            let rank = shape.len() + axis;
+            let (what, at) = match (rank, axis) {
+                (1, _) => ("the array".to_string(), String::new()),
+                (_, 0) => ("dimension 1".to_string(), String::new()),
+                (2, _) => (format!("row {}", index[0] + 1), String::new()),
+                _ => (format!("dimension {}", axis + 1), format!(" at {}", element(index))),
+            };
+            let declared = match labels[0] {
+                Some(size_field) => format!("but {size_field} = {len}"),
+                None => format!(", declared {len}"),
+            };
+            let sep = if declared.starts_with(',') { "" } else { " " };
+            return Err(self.invalid(field, None, format!("{what}{at} has {} values{sep}{declared}", items.len())));
+        }
+        for (i, item) in items.iter().enumerate() {
+            index.push(i);
+            self.walk(field, item, (inner, &labels[1..]), index, visit)?;
+            index.pop();
+        }
+        Ok(())
+    }
+}
+
+/// The size fields that name each axis of `shape`, where it names them.
+fn labels<'a>(shape: &[Len<'a>]) -> Vec<Option<&'a str>> {
+    shape.iter().map(|len| if let Len::Field(name) = *len { Some(name) } else { None }).collect()
+}
+
+/// Stan's 1-based element index: `[3]`, `[2,1]`.
+fn element(index: &[usize]) -> String {
+    let parts: Vec<String> = index.iter().map(|i| (i + 1).to_string()).collect();
+    format!("[{}]", parts.join(","))
+}
+
+/// The multi-index of flat row-major position `flat` in `shape`.
+fn unflatten(mut flat: usize, shape: &[usize]) -> Vec<usize> {
+    let mut index = vec![0; shape.len()];
+    for (axis, &len) in shape.iter().enumerate().rev() {
+        index[axis] = flat % len.max(1);
+        flat /= len.max(1);
+    }
+    index
+}
+
+/// Real values read from a field, with its shape: constraints are checked on them by name.
+#[derive(Clone, Debug)]
+pub struct Reals<'a> {
+    data: &'a StanData,
+    field: &'a str,
+    shape: Vec<usize>,
+    values: Vec<f64>,
+}
+
+impl<'a> Reals<'a> {
+    /// The declared shape (outermost first).
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The values, row-major.
+    pub fn values(&self) -> &[f64] {
+        &self.values
+    }
+
+    /// The values, row-major.
+    pub fn into_vec(self) -> Vec<f64> {
+        self.values
+    }
+
+    /// `<lower=bound>`: every value `>= bound`.
+    pub fn lower(self, bound: f64) -> Result<Self, StanDataError> {
+        self.check(|v| v >= bound, || format!("is below the lower bound {bound} declared in the data block"))
+    }
+
+    /// `<upper=bound>`: every value `<= bound`.
+    pub fn upper(self, bound: f64) -> Result<Self, StanDataError> {
+        self.check(|v| v <= bound, || format!("is above the upper bound {bound} declared in the data block"))
+    }
+
+    /// Every value `> 0`, for the reason given (a log the model takes, a scale it divides by):
+    /// stricter than `<lower=0>`, which allows 0.
+    pub fn positive(self, why: &str) -> Result<Self, StanDataError> {
+        self.check(|v| v > 0.0, || format!("must be > 0: {why}"))
+    }
+
+    /// Every value finite (`inf` and `NaN`, which Stan's JSON allows as strings, are refused).
+    pub fn finite(self) -> Result<Self, StanDataError> {
+        self.check(f64::is_finite, || "must be finite".to_string())
+    }
+
+    fn check(self, ok: impl Fn(f64) -> bool, why: impl Fn() -> String) -> Result<Self, StanDataError> {
+        match self.values.iter().position(|&v| !ok(v)) {
+            None => Ok(self),
+            Some(i) => Err(self.data.invalid(
+                self.field,
+                (!self.shape.is_empty()).then(|| element(&unflatten(i, &self.shape))),
+                format!("value {} {}", self.values[i], why()),
+            )),
+        }
+    }
+
+    /// The values as an `f32` data tensor `[1, size]` (every particle shares it), flattened
+    /// row-major.
+    pub fn tensor(&self, device: &Device) -> Tensor<2> {
+        let values: Vec<f32> = self.values.iter().map(|&v| v as f32).collect();
+        let n = values.len();
+        Tensor::<1>::from_floats(values.as_slice(), device).reshape([1, n])
+    }
+
+    /// A matrix field's values as an `f32` tensor `[rows, cols]` (for a product `X beta`).
+    pub fn matrix_tensor(&self, device: &Device) -> Result<Tensor<2>, StanDataError> {
+        let [rows, cols] = self.shape[..] else {
+            return Err(self.data.invalid(self.field, None, format!("is not a matrix: shape {:?}", self.shape)));
+        };
+        let values: Vec<f32> = self.values.iter().map(|&v| v as f32).collect();
+        Ok(Tensor::<1>::from_floats(values.as_slice(), device).reshape([rows, cols]))
+    }
+}
+
+/// Int values read from a field, with its shape: constraints are checked on them by name.
+#[derive(Clone, Debug)]
+pub struct Ints<'a> {
+    data: &'a StanData,
+    field: &'a str,
+    shape: Vec<usize>,
+    values: Vec<i64>,
+}
+
+impl<'a> Ints<'a> {
+    /// The declared shape (outermost first).
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The values, row-major.
+    pub fn values(&self) -> &[i64] {
+        &self.values
+    }
+
+    /// The values, row-major.
+    pub fn into_vec(self) -> Vec<i64> {
+        self.values
+    }
+
+    /// `<lower=bound>`.
+    pub fn lower(self, bound: i64) -> Result<Self, StanDataError> {
+        self.check(|v| v >= bound, &format!("is below the lower bound {bound} declared in the data block"))
+    }
+
+    /// `<upper=bound>`.
+    pub fn upper(self, bound: i64) -> Result<Self, StanDataError> {
+        self.check(|v| v <= bound, &format!("is above the upper bound {bound} declared in the data block"))
+    }
+
+    /// `<upper=K>` where `K` is the `int` field `field` (an index into a group of size `K`).
+    pub fn upper_field(self, field: &str) -> Result<Self, StanDataError> {
+        let bound = self.data.int(field)?;
+        self.check(|v| v <= bound, &format!("is above the upper bound {field} = {bound} declared in the data block"))
+    }
+
+    fn check(self, ok: impl Fn(i64) -> bool, why: &str) -> Result<Self, StanDataError> {
+        match self.values.iter().position(|&v| !ok(v)) {
+            None => Ok(self),
+            Some(i) => Err(self.data.invalid(
+                self.field,
+                (!self.shape.is_empty()).then(|| element(&unflatten(i, &self.shape))),
+                format!("value {} {why}", self.values[i]),
+            )),
+        }
+    }
+
+    /// Stan's 1-based indices as 0-based `usize`s, each checked to lie in `1..=groups` (an
+    /// index array such as `jj` in `theta[jj]`).
+    pub fn indices(&self, groups: usize) -> Result<Vec<usize>, StanDataError> {
+        self.values
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                if v >= 1 && (v as u64) <= groups as u64 {
+                    Ok((v - 1) as usize)
+                } else {
+                    Err(self.data.invalid(
+                        self.field,
+                        Some(element(&unflatten(i, &self.shape))),
+                        format!("index {v} is outside 1..={groups}"),
+                    ))
+                }
+            })
+            .collect()
+    }
+
+    /// Stan's 1-based indices into a group of size `groups` as a 0-based index tensor `[size]`,
+    /// for a one-call gather over every particle (`alpha.select(1, jj)` is Stan's `alpha[jj]`).
+    pub fn index_tensor(&self, groups: usize, device: &Device) -> Result<Tensor<1, Int>, StanDataError> {
+        let indices: Vec<i64> = self.indices(groups)?.into_iter().map(|i| i as i64).collect();
+        let len = indices.len();
+        Ok(Tensor::from_data(TensorData::new(indices, [len]), device))
+    }
+
+    /// The values as an `f32` data tensor `[1, size]` (counts in a likelihood).
+    pub fn tensor(&self, device: &Device) -> Tensor<2> {
+        let values: Vec<f32> = self.values.iter().map(|&v| v as f32).collect();
+        let n = values.len();
+        Tensor::<1>::from_floats(values.as_slice(), device).reshape([1, n])
+    }
+}
+
+/// An integer, from an integer literal or a float with no fractional part (some writers emit
+/// `3.0` for an int).
+fn as_int(value: &Value) -> Option<i64> {
+    value.as_i64().or_else(|| value.as_f64().filter(|v| v.fract() == 0.0 && v.abs() < 9.0e15).map(|v| v as i64))
+}
+
+/// A real: a number, or one of the strings Stan's JSON uses for non-finite values.
+fn as_real(value: &Value) -> Option<f64> {
+    match value {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => match s.as_str() {
+            "NaN" => Some(f64::NAN),
+            "Inf" | "Infinity" | "inf" => Some(f64::INFINITY),
+            "-Inf" | "-Infinity" | "-inf" => Some(f64::NEG_INFINITY),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// A value for an error message, cut short.
+fn show(value: &Value) -> String {
+    let text = value.to_string();
+    if text.chars().count() > 40 { format!("{}...", text.chars().take(40).collect::<String>()) } else { text }
+}
+
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(text: &str) -> StanData {
+        StanData::parse(text, "d.json").unwrap()
+    }
+
+    #[test]
+    fn reads_every_shape_with_sizes_by_field() {
+        let d = data(
+            r#"{"N": 3, "K": 2, "y": [1, 2.5, -3], "X": [[1,2],[3,4],[5,6]], "n": [4, 0, 7],
+                       "z": [[[1],[2]],[[3],[4]],[[5],[6]]], "one": 4.5, "e": []}"#,
+        );
+        assert_eq!(d.size("N").unwrap(), 3);
+        assert_eq!(d.vector("y", "N").unwrap().values(), &[1.0, 2.5, -3.0]);
+        assert_eq!(d.matrix("X", "N", "K").unwrap().values(), &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        assert_eq!(d.ints("n", 3).unwrap().values(), &[4, 0, 7]);
+        let z = d.reals("z", &["N".into(), "K".into(), 1.into()]).unwrap();
+        assert_eq!(z.shape(), &[3, 2, 1]);
+        assert_eq!(z.values(), &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        // A one-element array may be a bare value; an empty one is [] whatever its rank.
+        assert_eq!(d.vector("one", 1).unwrap().values(), &[4.5]);
+        assert!(d.matrix("e", 0, 5).unwrap().values().is_empty());
+    }
+
+    #[test]
+    fn errors_name_field_element_and_rule() {
+        let d = data(
+            r#"{"N": 3, "y": [1, 2], "s": [1, -1, 2], "k": [1, 2.5, 3], "jj": [1, 4, 2], "J": 3,
+                       "X": [[1,2],[3]], "neg": -1}"#,
+        );
+        let e = d.vector("y", "N").unwrap_err().to_string();
+        assert!(e.contains("d.json") && e.contains("`y`") && e.contains("has 2 values but N = 3"), "{e}");
+        assert!(d.vector("y", 3).unwrap_err().to_string().contains("the array has 2 values, declared 3"));
+        let e = d.vector("s", "N").unwrap().lower(0.0).unwrap_err().to_string();
+        assert!(e.contains("`s`, element [2]") && e.contains("value -1 is below the lower bound 0"), "{e}");
+        let e = d.ints("k", "N").unwrap_err().to_string();
+        assert!(e.contains("`k`, element [2]") && e.contains("expected an integer, found 2.5"), "{e}");
+        let e = d.ints("jj", "N").unwrap().upper_field("J").unwrap_err().to_string();
+        assert!(e.contains("element [2]") && e.contains("upper bound J = 3"), "{e}");
+        let e = d.matrix("X", 2, 2).unwrap_err().to_string();
+        assert!(e.contains("row 2 has 1 values, declared 2"), "{e}");
+        let e = d.vector("missing", 2).unwrap_err();
+        assert_eq!(e.field(), Some("missing"));
+        let e = d.vector("y", "M").unwrap_err().to_string();
+        assert!(e.contains("size field `M` is missing"), "{e}");
+        let e = d.size("neg").unwrap_err().to_string();
+        assert!(e.contains("`neg`") && e.contains("below the lower bound 0"), "{e}");
+        assert!(d.ints("jj", 3).unwrap().indices(3).unwrap_err().to_string().contains("index 4 is outside 1..=3"));
+        assert_eq!(d.ints("jj", 3).unwrap().indices(4).unwrap(), vec![0, 3, 1]);
+    }
+
+    #[test]
+    fn bad_files_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let bad = dir.path().join("bad.json");
+        std::fs::write(&bad, [b'{', 0xff, b'}']).unwrap();
+        assert!(matches!(StanData::read(&bad), Err(StanDataError::NotUtf8 { offset: 1, .. })));
+        std::fs::write(&bad, r#"{"N": 3, "y": [1, 2"#).unwrap();
+        let e = StanData::read(&bad).unwrap_err().to_string();
+        assert!(e.contains("bad.json") && e.contains("not valid JSON (line 1"), "{e}");
+        std::fs::write(&bad, "[1, 2]").unwrap();
+        assert!(StanData::read(&bad).unwrap_err().to_string().contains("expected a JSON object"));
+        let e = StanData::read(dir.path().join("absent.json")).unwrap_err().to_string();
+        assert!(e.contains("absent.json") && e.contains("cannot read"), "{e}");
+    }
+}
