@@ -239,7 +239,7 @@ impl<'a> Generated<'a> {
     /// `student_t_rng(nu, mu, sigma)`.
     pub fn student_t_rng(&mut self, nu: Tensor<2>, mu: Tensor<2>, sigma: Tensor<2>) -> Result<Tensor<2>, ModelError> {
         self.draw("student_t_rng", [("nu", nu), ("mu", mu), ("sigma", sigma)], |[nu, m, s], rng| {
-            if !(s > 0.0) {
+            if s.is_nan() || s <= 0.0 {
                 return Err(format!("sigma {s} must be > 0"));
             }
             rand_distr::StudentT::new(nu).map(|d| m + s * d.sample(rng)).map_err(|e| format!("{e} (nu {nu})"))
@@ -305,7 +305,7 @@ impl<'a> Generated<'a> {
     /// `gamma_rng(alpha, beta)` (shape `alpha`, rate `beta`).
     pub fn gamma_rng(&mut self, alpha: Tensor<2>, beta: Tensor<2>) -> Result<Tensor<2>, ModelError> {
         self.draw("gamma_rng", [("alpha", alpha), ("beta", beta)], |[a, b], rng| {
-            if !(b > 0.0) {
+            if b.is_nan() || b <= 0.0 {
                 return Err(format!("beta {b} must be > 0"));
             }
             rand_distr::Gamma::new(a, 1.0 / b).map(|d| d.sample(rng)).map_err(|e| format!("{e} ({a})"))
@@ -315,7 +315,7 @@ impl<'a> Generated<'a> {
     /// `uniform_rng(alpha, beta)`.
     pub fn uniform_rng(&mut self, alpha: Tensor<2>, beta: Tensor<2>) -> Result<Tensor<2>, ModelError> {
         self.draw("uniform_rng", [("alpha", alpha), ("beta", beta)], |[a, b], rng| {
-            if !(a < b) {
+            if a.is_nan() || b.is_nan() || a >= b {
                 return Err(format!("alpha {a} must be below beta {b}"));
             }
             Ok(a + (b - a) * rng.random::<f64>())
