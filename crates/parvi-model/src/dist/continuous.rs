@@ -8,8 +8,8 @@ use rand::Rng;
 use rand_distr::Distribution as _;
 
 use super::special::{
-    ln_gamma, ln_gamma_ratio_tensor, ln_gamma_tensor, log_erf, log_erfc, log_normal_cdfs, log1m_exp_neg,
-    regularized_incomplete_beta,
+    ln_gamma, ln_gamma_ratio_tensor, ln_gamma_tensor, log_bessel_i0, log_bessel_i0_host, log_erf, log_erfc,
+    log_erfc_any, log_normal_cdfs, log1m_exp_neg, regularized_incomplete_beta, softplus,
 };
 use super::{LN_2PI, LogProb, Param, Sample, bad, draw, lift, scalars};
 use crate::ModelError;
@@ -661,5 +661,344 @@ mod tests {
         let cdf = 0.5 + t / (2.0 * (t * t + 2.0f64).sqrt());
         assert!((t2.lcdf(5.0).unwrap() - cdf.ln()).abs() < 1e-12);
         assert!((t2.lccdf(5.0).unwrap() - (1.0 - cdf).ln()).abs() < 1e-10);
+    }
+}
+
+impl<const D: usize> LogNormal<D> {
+    /// `ln P(X <= x) = ln Phi((ln x - mu) / sigma)` (Stan's `lognormal_lcdf`), accurate in both
+    /// tails; `-inf` for `x <= 0`.
+    pub fn lcdf(&self, x: Tensor<D>) -> Tensor<D> {
+        let outside = x.clone().lower_equal_elem(0.0);
+        let z = self.sigma.divide(self.mu.sub_from(x.clamp_min(f32::MIN_POSITIVE).log()));
+        let lcdf = log_normal_cdfs(z).0;
+        let shape = lcdf.dims();
+        lcdf.mask_fill(outside.expand(shape), f32::NEG_INFINITY)
+    }
+
+    /// `ln P(X > x)` (Stan's `lognormal_lccdf`), accurate in both tails; `0` for `x <= 0`.
+    pub fn lccdf(&self, x: Tensor<D>) -> Tensor<D> {
+        let outside = x.clone().lower_equal_elem(0.0);
+        let z = self.sigma.divide(self.mu.sub_from(x.clamp_min(f32::MIN_POSITIVE).log()));
+        let lccdf = log_normal_cdfs(z).1;
+        let shape = lccdf.dims();
+        lccdf.mask_fill(outside.expand(shape), 0.0)
+    }
+}
+
+impl<const D: usize> Weibull<D> {
+    /// `(x / sigma)^alpha` as `e^(alpha ln(x / sigma))`, on `x` clamped into the support.
+    fn power(&self, x: Tensor<D>) -> Tensor<D> {
+        let lx = x.clamp_min(f32::MIN_POSITIVE).log();
+        self.alpha.multiply(self.sigma.sub_ln_from(lx)).exp()
+    }
+
+    /// `ln P(X <= x) = ln(1 - e^(-(x / sigma)^alpha))` (Stan's `weibull_lcdf`), without
+    /// cancellation where `(x / sigma)^alpha` is small; `-inf` for `x <= 0`.
+    pub fn lcdf(&self, x: Tensor<D>) -> Tensor<D> {
+        let outside = x.clone().lower_equal_elem(0.0);
+        let lcdf = log1m_exp_neg(self.power(x));
+        let shape = lcdf.dims();
+        lcdf.mask_fill(outside.expand(shape), f32::NEG_INFINITY)
+    }
+
+    /// `ln P(X > x) = -(x / sigma)^alpha` (Stan's `weibull_lccdf`); `0` for `x <= 0`.
+    pub fn lccdf(&self, x: Tensor<D>) -> Tensor<D> {
+        let outside = x.clone().lower_equal_elem(0.0);
+        let lccdf = self.power(x).neg();
+        let shape = lccdf.dims();
+        lccdf.mask_fill(outside.expand(shape), 0.0)
+    }
+}
+
+/// `Logistic(mu, sigma)` (Stan's `logistic_lpdf`): with `z = (x - mu) / sigma`,
+/// `-z - 2 ln(1 + e^-z) - ln sigma`, as `-z - 2 log1p_exp(-z) - ln sigma`.
+#[derive(Clone, Debug)]
+pub struct Logistic<const D: usize> {
+    mu: Param<D>,
+    sigma: Param<D>,
+}
+
+impl<const D: usize> Logistic<D> {
+    /// `Logistic(mu, sigma)`; a scalar `mu` must be finite, a scalar `sigma` finite and positive.
+    pub fn new(mu: impl Into<Param<D>>, sigma: impl Into<Param<D>>) -> Result<Self, ModelError> {
+        Ok(Self {
+            mu: mu.into().check_finite("Logistic", "mu")?,
+            sigma: sigma.into().check_positive("Logistic", "sigma")?,
+        })
+    }
+
+    fn z(&self, x: Tensor<D>) -> Tensor<D> {
+        self.sigma.divide(self.mu.sub_from(x))
+    }
+
+    /// `ln P(X <= x) = -log1p_exp(-z)` (Stan's `logistic_lcdf`): exact in both tails.
+    pub fn lcdf(&self, x: Tensor<D>) -> Tensor<D> {
+        softplus(self.z(x).neg()).neg()
+    }
+
+    /// `ln P(X > x) = -log1p_exp(z)` (Stan's `logistic_lccdf`).
+    pub fn lccdf(&self, x: Tensor<D>) -> Tensor<D> {
+        softplus(self.z(x)).neg()
+    }
+}
+
+impl<const D: usize> LogProb<D> for Logistic<D> {
+    fn log_prob(&self, x: Tensor<D>) -> Tensor<D> {
+        let z = self.z(x);
+        self.sigma.sub_ln_from(z.clone().neg() - softplus(z.neg()).mul_scalar(2.0))
+    }
+}
+
+impl<const D: usize> Sample for Logistic<D> {
+    fn sample<R: Rng + ?Sized>(&self, rng: &mut R, n: usize) -> Result<Vec<f64>, ModelError> {
+        let [mu, sigma] = scalars("Logistic", [&self.mu, &self.sigma])?;
+        // The quantile mu + sigma logit(u) of a uniform on (0, 1).
+        Ok((0..n)
+            .map(|_| {
+                let u: f64 = rand::RngExt::random::<f64>(rng).max(f64::MIN_POSITIVE);
+                mu + sigma * (u.ln() - (-u).ln_1p())
+            })
+            .collect())
+    }
+}
+
+/// `Gumbel(mu, beta)` (Stan's `gumbel_lpdf`): with `z = (x - mu) / beta`,
+/// `-ln beta - z - e^-z`.
+#[derive(Clone, Debug)]
+pub struct Gumbel<const D: usize> {
+    mu: Param<D>,
+    beta: Param<D>,
+}
+
+impl<const D: usize> Gumbel<D> {
+    /// `Gumbel(mu, beta)`; a scalar `mu` must be finite, a scalar `beta` finite and positive.
+    pub fn new(mu: impl Into<Param<D>>, beta: impl Into<Param<D>>) -> Result<Self, ModelError> {
+        Ok(Self { mu: mu.into().check_finite("Gumbel", "mu")?, beta: beta.into().check_positive("Gumbel", "beta")? })
+    }
+
+    fn z(&self, x: Tensor<D>) -> Tensor<D> {
+        self.beta.divide(self.mu.sub_from(x))
+    }
+
+    /// `ln P(X <= x) = -e^-z` (Stan's `gumbel_lcdf`).
+    pub fn lcdf(&self, x: Tensor<D>) -> Tensor<D> {
+        self.z(x).neg().exp().neg()
+    }
+
+    /// `ln P(X > x) = ln(1 - e^(-e^-z))` (Stan's `gumbel_lccdf`), without cancellation far
+    /// right (where `e^-z` is small).
+    pub fn lccdf(&self, x: Tensor<D>) -> Tensor<D> {
+        log1m_exp_neg(self.z(x).neg().exp())
+    }
+}
+
+impl<const D: usize> LogProb<D> for Gumbel<D> {
+    fn log_prob(&self, x: Tensor<D>) -> Tensor<D> {
+        let z = self.z(x);
+        self.beta.sub_ln_from(z.clone().neg() - z.neg().exp())
+    }
+}
+
+/// `SkewNormal(xi, omega, alpha)` (Stan's `skew_normal_lpdf`): with `z = (x - xi) / omega`,
+/// `-ln(2 pi) / 2 - ln omega - z^2 / 2 + ln erfc(-alpha z / sqrt 2)`; the last term in log form
+/// ([`crate::functions`]' erfc fit), so a far tail stays finite.
+#[derive(Clone, Debug)]
+pub struct SkewNormal<const D: usize> {
+    xi: Param<D>,
+    omega: Param<D>,
+    alpha: Param<D>,
+}
+
+impl<const D: usize> SkewNormal<D> {
+    /// Location `xi`, scale `omega` (finite and positive when a scalar), shape `alpha`.
+    pub fn new(
+        xi: impl Into<Param<D>>,
+        omega: impl Into<Param<D>>,
+        alpha: impl Into<Param<D>>,
+    ) -> Result<Self, ModelError> {
+        Ok(Self {
+            xi: xi.into().check_finite("SkewNormal", "xi")?,
+            omega: omega.into().check_positive("SkewNormal", "omega")?,
+            alpha: alpha.into().check_finite("SkewNormal", "alpha")?,
+        })
+    }
+}
+
+impl<const D: usize> LogProb<D> for SkewNormal<D> {
+    fn log_prob(&self, x: Tensor<D>) -> Tensor<D> {
+        let z = self.omega.divide(self.xi.sub_from(x));
+        let skew = log_erfc_any(self.alpha.multiply(z.clone()).mul_scalar(-std::f64::consts::FRAC_1_SQRT_2));
+        self.omega.sub_ln_from(z.square().mul_scalar(-0.5).sub_scalar(0.5 * LN_2PI) + skew)
+    }
+}
+
+/// `Frechet(alpha, sigma)` with shape `alpha` and scale `sigma` (Stan's `frechet_lpdf`):
+/// `ln alpha - ln sigma - (1 + alpha) ln(x / sigma) - (x / sigma)^-alpha` on `x > 0`; `x <= 0`
+/// gives `-inf`.
+#[derive(Clone, Debug)]
+pub struct Frechet<const D: usize> {
+    alpha: Param<D>,
+    sigma: Param<D>,
+}
+
+impl<const D: usize> Frechet<D> {
+    /// `Frechet(alpha, sigma)`; each is a scalar (finite and positive) or a tensor.
+    pub fn new(alpha: impl Into<Param<D>>, sigma: impl Into<Param<D>>) -> Result<Self, ModelError> {
+        Ok(Self {
+            alpha: alpha.into().check_positive("Frechet", "alpha")?,
+            sigma: sigma.into().check_positive("Frechet", "sigma")?,
+        })
+    }
+
+    /// `(t, ln(x / sigma))` with `t = -alpha ln(x / sigma)`, so `(x / sigma)^-alpha = e^t`.
+    fn exponent(&self, x: Tensor<D>) -> (Tensor<D>, Tensor<D>) {
+        let l = self.sigma.sub_ln_from(x.clamp_min(f32::MIN_POSITIVE).log());
+        (self.alpha.multiply(l.clone()).neg(), l)
+    }
+
+    /// `ln P(X <= x) = -(x / sigma)^-alpha` (Stan's `frechet_lcdf`); `-inf` for `x <= 0`.
+    pub fn lcdf(&self, x: Tensor<D>) -> Tensor<D> {
+        let outside = x.clone().lower_equal_elem(0.0);
+        let lcdf = self.exponent(x).0.exp().neg();
+        let shape = lcdf.dims();
+        lcdf.mask_fill(outside.expand(shape), f32::NEG_INFINITY)
+    }
+
+    /// `ln P(X > x) = ln(1 - e^(-(x / sigma)^-alpha))` (Stan's `frechet_lccdf`); `0` for `x <= 0`.
+    pub fn lccdf(&self, x: Tensor<D>) -> Tensor<D> {
+        let outside = x.clone().lower_equal_elem(0.0);
+        let lccdf = log1m_exp_neg(self.exponent(x).0.exp());
+        let shape = lccdf.dims();
+        lccdf.mask_fill(outside.expand(shape), 0.0)
+    }
+}
+
+impl<const D: usize> LogProb<D> for Frechet<D> {
+    fn log_prob(&self, x: Tensor<D>) -> Tensor<D> {
+        let outside = x.clone().lower_equal_elem(0.0);
+        let (t, l) = self.exponent(x);
+        // ln alpha - ln sigma - ln(x / sigma) + t - e^t, as -(1 + alpha) l = t - l.
+        let lp = self.sigma.sub_ln_from(self.alpha.ln().add_to(t.clone() - l - t.exp()));
+        let shape = lp.dims();
+        lp.mask_fill(outside.expand(shape), f32::NEG_INFINITY)
+    }
+}
+
+/// `Pareto(y_min, alpha)` (Stan's `pareto_lpdf`): `ln alpha + alpha ln y_min - (alpha + 1) ln x`
+/// on `x >= y_min`; below it `-inf`.
+#[derive(Clone, Debug)]
+pub struct Pareto<const D: usize> {
+    y_min: Param<D>,
+    alpha: Param<D>,
+}
+
+impl<const D: usize> Pareto<D> {
+    /// `Pareto(y_min, alpha)`; each is a scalar (finite and positive) or a tensor.
+    pub fn new(y_min: impl Into<Param<D>>, alpha: impl Into<Param<D>>) -> Result<Self, ModelError> {
+        Ok(Self {
+            y_min: y_min.into().check_positive("Pareto", "y_min")?,
+            alpha: alpha.into().check_positive("Pareto", "alpha")?,
+        })
+    }
+
+    /// `(ln(x / y_min), x < y_min)`, the log on `x` clamped into the support.
+    fn log_ratio(&self, x: Tensor<D>) -> (Tensor<D>, Tensor<D, burn::tensor::Bool>) {
+        let below = self.y_min.sub_from(x.clone()).lower_elem(0.0);
+        let l = self.y_min.sub_ln_from(x.clamp_min(f32::MIN_POSITIVE).log());
+        let shape = l.dims();
+        (l, below.expand(shape))
+    }
+
+    /// `ln P(X <= x) = ln(1 - (y_min / x)^alpha)` (Stan's `pareto_lcdf`), without cancellation
+    /// near `y_min`; `-inf` at and below `y_min`.
+    pub fn lcdf(&self, x: Tensor<D>) -> Tensor<D> {
+        let (l, _) = self.log_ratio(x);
+        let none = l.clone().lower_equal_elem(0.0);
+        log1m_exp_neg(self.alpha.multiply(l.clamp_min(0.0))).mask_fill(none, f32::NEG_INFINITY)
+    }
+
+    /// `ln P(X > x) = alpha ln(y_min / x)` (Stan's `pareto_lccdf`); `0` below `y_min`.
+    pub fn lccdf(&self, x: Tensor<D>) -> Tensor<D> {
+        let (l, below) = self.log_ratio(x);
+        self.alpha.multiply(l.clamp_min(0.0)).neg().mask_fill(below, 0.0)
+    }
+}
+
+impl<const D: usize> LogProb<D> for Pareto<D> {
+    fn log_prob(&self, x: Tensor<D>) -> Tensor<D> {
+        let (l, below) = self.log_ratio(x);
+        // ln alpha - ln y_min - (alpha + 1) ln(x / y_min), the same as Stan's form.
+        let lp = self.y_min.sub_ln_from(self.alpha.ln().add_to(self.alpha.multiply(l.clone()).neg() - l));
+        let shape = lp.dims();
+        lp.mask_fill(below.expand(shape), f32::NEG_INFINITY)
+    }
+}
+
+/// `ExpModNormal(mu, sigma, lambda)` (Stan's `exp_mod_normal_lpdf`), a normal plus an
+/// exponential of rate `lambda`: `ln lambda - ln 2 + lambda (mu + lambda sigma^2 / 2 - x) +
+/// ln erfc((mu + lambda sigma^2 - x) / (sigma sqrt 2))`, the last term in log form.
+#[derive(Clone, Debug)]
+pub struct ExpModNormal<const D: usize> {
+    mu: Param<D>,
+    sigma: Param<D>,
+    lambda: Param<D>,
+}
+
+impl<const D: usize> ExpModNormal<D> {
+    /// Location `mu`, scale `sigma` and rate `lambda` (finite and positive when scalars).
+    pub fn new(
+        mu: impl Into<Param<D>>,
+        sigma: impl Into<Param<D>>,
+        lambda: impl Into<Param<D>>,
+    ) -> Result<Self, ModelError> {
+        Ok(Self {
+            mu: mu.into().check_finite("ExpModNormal", "mu")?,
+            sigma: sigma.into().check_positive("ExpModNormal", "sigma")?,
+            lambda: lambda.into().check_positive("ExpModNormal", "lambda")?,
+        })
+    }
+}
+
+impl<const D: usize> LogProb<D> for ExpModNormal<D> {
+    fn log_prob(&self, x: Tensor<D>) -> Tensor<D> {
+        let r = self.mu.sub_from(x).neg(); // mu - x
+        let lambda_sigma_sq = self.lambda.zip(&self.sigma, |l, s| l * s * s, |l, s| l * s.square());
+        let v = self.sigma.divide(lambda_sigma_sq.add_to(r.clone())).mul_scalar(std::f64::consts::FRAC_1_SQRT_2);
+        let half = lambda_sigma_sq.map(|v| 0.5 * v, |t| t.mul_scalar(0.5));
+        let lin = self.lambda.multiply(half.add_to(r));
+        self.lambda.ln().add_to(lin + log_erfc_any(v)).sub_scalar(2f64.ln())
+    }
+}
+
+/// `VonMises(mu, kappa)` (Stan's `von_mises_lpdf`): `kappa cos(x - mu) - ln(2 pi) - ln I_0(kappa)`
+/// for any real `x` (the density of an angle, periodic in `x`). `ln I_0` is a host `f64` series
+/// for a scalar `kappa` and Abramowitz & Stegun's fits (relative error below 2e-7) for a tensor.
+#[derive(Clone, Debug)]
+pub struct VonMises<const D: usize> {
+    mu: Param<D>,
+    kappa: Param<D>,
+    /// `-ln(2 pi) - ln I_0(kappa)`.
+    log_norm: Param<D>,
+}
+
+impl<const D: usize> VonMises<D> {
+    /// `VonMises(mu, kappa)`; a scalar `mu` must be finite, a scalar `kappa` finite and `>= 0`
+    /// (0 is the uniform on the circle).
+    pub fn new(mu: impl Into<Param<D>>, kappa: impl Into<Param<D>>) -> Result<Self, ModelError> {
+        let kappa = kappa.into();
+        if let Param::Scalar(k) = kappa
+            && !(k >= 0.0 && k.is_finite())
+        {
+            return Err(bad("VonMises", "kappa", format!("must be finite and >= 0, got {k}")));
+        }
+        let log_norm = kappa
+            .map(|k| -(2.0 * PI).ln() - log_bessel_i0_host(k), |t| log_bessel_i0(t).neg().sub_scalar((2.0 * PI).ln()));
+        Ok(Self { mu: mu.into().check_finite("VonMises", "mu")?, kappa, log_norm })
+    }
+}
+
+impl<const D: usize> LogProb<D> for VonMises<D> {
+    fn log_prob(&self, x: Tensor<D>) -> Tensor<D> {
+        self.log_norm.add_to(self.kappa.multiply(self.mu.sub_from(x).cos()))
     }
 }

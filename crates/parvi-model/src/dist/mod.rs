@@ -28,11 +28,13 @@ use crate::ModelError;
 
 pub mod continuous;
 pub mod discrete;
+pub mod glm;
 pub mod multivariate;
 pub mod special;
 
 pub use continuous::*;
 pub use discrete::*;
+pub use glm::*;
 pub use multivariate::*;
 pub use special::{ln_gamma, ln_gamma_ratio_tensor, ln_gamma_tensor};
 
@@ -166,6 +168,15 @@ impl<const D: usize> Param<D> {
     /// `ln self`.
     fn ln(&self) -> Param<D> {
         self.map(f64::ln, Tensor::log)
+    }
+
+    /// The parameter as a tensor: itself, or a scalar lifted to `[1, ..., 1]` on `like`'s
+    /// device and dtype.
+    fn tensor_like(&self, like: &Tensor<D>) -> Tensor<D> {
+        match self {
+            Param::Scalar(v) => lift(*v, like),
+            Param::Tensor(t) => (**t).clone(),
+        }
     }
 }
 

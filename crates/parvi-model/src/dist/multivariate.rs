@@ -3,9 +3,9 @@
 
 use std::f64::consts::PI;
 
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::{Bool, Tensor, TensorData};
 
-use super::special::{ln_gamma, ln_gamma_tensor};
+use super::special::{ln_gamma, ln_gamma_ratio_tensor, ln_gamma_tensor};
 use super::{LogProb, Param, bad, lift, positive_scalar};
 use crate::ModelError;
 use crate::linalg::{Triangle, diagonal, triangular_solve};
@@ -239,4 +239,130 @@ impl MultiNormalCholesky {
 
 fn invalid(name: &'static str, reason: String) -> ModelError {
     ModelError::InvalidParameter { dist: NAME, name, reason }
+}
+
+/// A batch of covariance matrices factored once: the factors, and which are not positive
+/// definite (their densities are `-inf`).
+fn factor(dist: &'static str, sigma: Tensor<3>) -> Result<(Tensor<3>, Tensor<1, Bool>), ModelError> {
+    let [n, k, k2] = sigma.dims();
+    if k != k2 || k == 0 {
+        return Err(bad(dist, "Sigma", format!("must be [n, K, K] with K > 0, got [{n}, {k}, {k2}]")));
+    }
+    let (l, pivots) = crate::linalg::cholesky(sigma)?;
+    // `> 0` is false for a NaN pivot too.
+    Ok((l, pivots.greater_elem(0.0).bool_not()))
+}
+
+/// Stan's `multi_normal(mu, Sigma)` with a full covariance `Sigma` `[n, K, K]` per particle:
+/// one batched Cholesky factorisation ([`crate::linalg::cholesky`], one autodiff node), then
+/// [`MultiNormalCholesky`]. A `Sigma` that is not positive definite gives that particle `-inf`.
+#[derive(Clone, Debug)]
+pub struct MultiNormal {
+    inner: MultiNormalCholesky,
+    /// `[n]`: the particles whose `Sigma` is not positive definite.
+    singular: Tensor<1, Bool>,
+}
+
+impl MultiNormal {
+    /// Mean `mu` `[n, K]` (`None`: zero) and covariance `sigma` `[n, K, K]` (its lower triangle
+    /// is read; a batch of one is shared).
+    ///
+    /// # Errors
+    /// If the shapes do not fit.
+    pub fn new(mu: Option<Tensor<2>>, sigma: Tensor<3>) -> Result<Self, ModelError> {
+        let (l, singular) = factor("multi_normal", sigma)?;
+        Ok(Self { inner: MultiNormalCholesky::new(mu, l)?, singular })
+    }
+
+    fn mask(&self, lp: Tensor<1>) -> Tensor<1> {
+        let n = lp.dims()[0];
+        lp.mask_fill(self.singular.clone().expand([n]), f32::NEG_INFINITY)
+    }
+
+    /// `log p(y_i)` for one vector per particle, `y` `[n, K]` (or `[1, K]` shared): `[n]`.
+    ///
+    /// # Errors
+    /// As [`MultiNormalCholesky::log_prob`].
+    pub fn log_prob(&self, y: Tensor<2>) -> Result<Tensor<1>, ModelError> {
+        Ok(self.mask(self.inner.log_prob(y)?))
+    }
+
+    /// `sum_r log p(y_r)` over the rows of data `y` `[m, K]`: `[n]`.
+    ///
+    /// # Errors
+    /// As [`MultiNormalCholesky::log_prob_data`].
+    pub fn log_prob_data(&self, y: Tensor<2>) -> Result<Tensor<1>, ModelError> {
+        Ok(self.mask(self.inner.log_prob_data(y)?))
+    }
+}
+
+/// Stan's `multi_student_t(nu, mu, Sigma)`: with `q = (y - mu)^T Sigma^-1 (y - mu)`,
+/// `ln Gamma((nu + K) / 2) - ln Gamma(nu / 2) - K/2 ln(nu pi) - 1/2 ln|Sigma| - (nu + K)/2
+/// ln(1 + q / nu)`, from one batched Cholesky factorisation and one triangular solve; the
+/// log-gamma difference from [`ln_gamma_ratio_tensor`] for a tensor `nu`. A `Sigma` that is not
+/// positive definite gives that particle `-inf`.
+#[derive(Clone, Debug)]
+pub struct MultiStudentT {
+    nu: Param<1>,
+    mu: Option<Tensor<2>>,
+    l: Tensor<3>,
+    singular: Tensor<1, Bool>,
+}
+
+impl MultiStudentT {
+    /// Degrees of freedom `nu` (a finite positive scalar, or `[n]`), mean `mu` `[n, K]`
+    /// (`None`: zero), scale matrix `sigma` `[n, K, K]`.
+    ///
+    /// # Errors
+    /// If a scalar `nu` is not finite and positive, or the shapes do not fit.
+    pub fn new(nu: impl Into<Param<1>>, mu: Option<Tensor<2>>, sigma: Tensor<3>) -> Result<Self, ModelError> {
+        let nu = nu.into().check_positive("multi_student_t", "nu")?;
+        let (l, singular) = factor("multi_student_t", sigma)?;
+        // Shapes checked as the normal's are.
+        let checked = MultiNormalCholesky::new(mu, l)?;
+        Ok(Self { nu, mu: checked.mu, l: checked.l, singular })
+    }
+
+    /// `log p(y_i)` for one vector per particle, `y` `[n, K]` (or `[1, K]` shared): `[n]`.
+    ///
+    /// # Errors
+    /// If `y` does not have `K` columns, or its rows are neither one nor the particles'.
+    pub fn log_prob(&self, y: Tensor<2>) -> Result<Tensor<1>, ModelError> {
+        let [nl, k, _] = self.l.dims();
+        let [ny, ky] = y.dims();
+        let nm = self.mu.as_ref().map_or(nl, |m| m.dims()[0]);
+        let n = nl.max(ny).max(nm);
+        if ky != k || [nl, ny, nm].iter().any(|&r| r != n && r != 1) {
+            return Err(bad("multi_student_t", "y", format!("is [{ny}, {ky}] against {n} particles of dimension {k}")));
+        }
+        let r = match &self.mu {
+            Some(mu) => y - mu.clone(),
+            None => y,
+        };
+        let rows = r.dims()[0];
+        let z = triangular_solve(self.l.clone(), r.reshape([rows, k, 1]), Triangle::Lower, false)?;
+        let rows = z.dims()[0];
+        let quad = z.square().sum_dim(1).reshape([rows]);
+        let log_det_half = diagonal(self.l.clone()).log().sum_dim(1).reshape([nl]);
+        let kf = k as f64;
+        let quad = if rows == n { quad } else { quad.expand([n]) };
+        let log_det_half = if nl == n { log_det_half } else { log_det_half.expand([n]) };
+        // (nu + K)/2 ln(1 + q / nu) and the normalising constant, scalar or per particle.
+        let lp = match &self.nu {
+            Param::Scalar(nu) => {
+                let c = ln_gamma(0.5 * (nu + kf)) - ln_gamma(0.5 * nu) - 0.5 * kf * (nu * PI).ln();
+                quad.div_scalar(*nu).log1p().mul_scalar(-0.5 * (nu + kf)).add_scalar(c)
+            }
+            Param::Tensor(nu) => {
+                let nu = (**nu).clone();
+                let half = nu.clone().mul_scalar(0.5);
+                let c = ln_gamma_ratio_tensor(half.clone(), lift(0.5 * kf, &half))
+                    - nu.clone().mul_scalar(PI).log().mul_scalar(0.5 * kf);
+                c - (quad / nu.clone()).log1p() * nu.add_scalar(kf).mul_scalar(0.5)
+            }
+        };
+        let lp = lp - log_det_half;
+        let n = lp.dims()[0];
+        Ok(lp.mask_fill(self.singular.clone().expand([n]), f32::NEG_INFINITY))
+    }
 }

@@ -8,10 +8,15 @@ use burn::tensor::Tensor;
 
 use super::LN_2PI;
 
-/// `ln(1 + e^x)` without overflow: `max(x, 0) + ln(1 + e^-|x|)`; both pieces have finite
-/// derivatives everywhere, so masked-out entries never turn a gradient into NaN.
+/// `ln(1 + e^x)` without overflow: `x + ln(1 + e^-x)` above 0, `ln(1 + e^x)` at and below, each
+/// on its input clamped to its side, so every derivative is finite and the one at 0 is `1/2`
+/// (`max(x, 0) + ln(1 + e^-|x|)` gives 1 there: the kinks of `max` and `|x|` do not cancel).
 pub(crate) fn softplus<const D: usize>(x: Tensor<D>) -> Tensor<D> {
-    x.clone().clamp_min(0.0) + x.abs().neg().exp().log1p()
+    let positive = x.clone().greater_elem(0.0);
+    let above = x.clone().clamp_min(0.0);
+    let above = above.clone() + above.neg().exp().log1p();
+    let below = x.clamp_max(0.0).exp().log1p();
+    below.mask_where(positive, above)
 }
 
 /// `ln Gamma(x)` elementwise on a tensor, for `x > 0`: Stirling's series at `x + 6` (truncation
@@ -106,12 +111,80 @@ pub(crate) fn log_erf<const D: usize>(u: Tensor<D>) -> Tensor<D> {
 /// smaller probability is `erfc(|z| / sqrt 2) / 2` in log form ([`log_erfc`]), the larger is
 /// `ln(1 - small)`. Stan's `normal_lcdf` guards its tails the same way, with other fits.
 pub(crate) fn log_normal_cdfs<const D: usize>(z: Tensor<D>) -> (Tensor<D>, Tensor<D>) {
+    // Each side's tail on its own clamped input (not on |z|, whose kink would give a zero
+    // derivative at z = 0).
     let negative = z.clone().lower_elem(0.0);
-    let tail = log_erfc(z.abs().mul_scalar(std::f64::consts::FRAC_1_SQRT_2)).sub_scalar(2f64.ln());
-    let body = tail.clone().exp().neg().log1p();
-    let lcdf = body.clone().mask_where(negative.clone(), tail.clone());
-    let lccdf = tail.mask_where(negative, body);
+    let tail =
+        |u: Tensor<D>| log_erfc(u.clamp_min(0.0).mul_scalar(std::f64::consts::FRAC_1_SQRT_2)).sub_scalar(2f64.ln());
+    let lower = tail(z.clone().neg()); // ln Phi(z) for z <= 0
+    let upper = tail(z); // ln(1 - Phi(z)) for z >= 0
+    let body = |t: Tensor<D>| t.exp().neg().log1p();
+    let lcdf = body(upper.clone()).mask_where(negative.clone(), lower.clone());
+    let lccdf = upper.mask_where(negative, body(lower));
     (lcdf, lccdf)
+}
+
+/// `ln erfc(v)` for any real `v`: [`log_erfc`] for `v >= 0`, `ln(2 - erfc(-v))` below (there
+/// `erfc(-v) < 1`, so the difference keeps its precision). Each branch on its own clamped input.
+pub(crate) fn log_erfc_any<const D: usize>(v: Tensor<D>) -> Tensor<D> {
+    let negative = v.clone().lower_elem(0.0);
+    let upper = log_erfc(v.clone().clamp_min(0.0));
+    let lower = log_erfc(v.neg().clamp_min(0.0)).exp().mul_scalar(-0.5).log1p().add_scalar(2f64.ln());
+    upper.mask_where(negative, lower)
+}
+
+/// `ln I_0(x)` for `x >= 0`, the modified Bessel function of the first kind of order 0:
+/// Abramowitz & Stegun 9.8.1 below `x = 3.75` and 9.8.2 (in `3.75 / x`, times `e^x / sqrt x`,
+/// taken in log form so it never overflows) above, relative error below 2e-7. Each branch on
+/// its own clamped input.
+pub(crate) fn log_bessel_i0<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    const SMALL: [f64; 7] = [1.0, 3.515_622_9, 3.089_942_4, 1.206_749_2, 0.265_973_2, 0.036_076_8, 0.004_581_3];
+    const LARGE: [f64; 9] = [
+        0.398_942_28,
+        0.013_285_92,
+        0.002_253_19,
+        -0.001_575_65,
+        0.009_162_81,
+        -0.020_577_06,
+        0.026_355_37,
+        -0.016_476_33,
+        0.003_923_77,
+    ];
+    let small = x.clone().lower_elem(3.75);
+    let t2 = x.clone().clamp_max(3.75).div_scalar(3.75).square();
+    let mut poly = t2.clone().mul_scalar(SMALL[6]);
+    for c in SMALL[1..6].iter().rev() {
+        poly = poly.add_scalar(*c).mul(t2.clone());
+    }
+    let inner = poly.add_scalar(SMALL[0]).log();
+    let xl = x.clamp_min(3.75);
+    let u = xl.clone().recip().mul_scalar(3.75);
+    let mut poly = u.clone().mul_scalar(LARGE[8]);
+    for c in LARGE[1..8].iter().rev() {
+        poly = poly.add_scalar(*c).mul(u.clone());
+    }
+    let outer = poly.add_scalar(LARGE[0]).log() + xl.clone() - xl.log().mul_scalar(0.5);
+    outer.mask_where(small, inner)
+}
+
+/// `ln I_0(x)` on the host in `f64` for `x >= 0`: the power series `sum_k (x^2/4)^k / (k!)^2`
+/// scaled by `e^-x` term by term (no overflow), the asymptotic expansion beyond `x = 500`.
+pub(crate) fn log_bessel_i0_host(x: f64) -> f64 {
+    if x > 500.0 {
+        let inv = 1.0 / (8.0 * x);
+        return x - 0.5 * (2.0 * PI * x).ln() + (inv + 4.5 * inv * inv + 37.5 * inv * inv * inv).ln_1p();
+    }
+    let (mut sum, mut k) = (0.0, 0.0f64);
+    loop {
+        let ln_term = 2.0 * k * (0.5 * x).ln() - 2.0 * ln_gamma(k + 1.0) - x;
+        let term = if x == 0.0 && k == 0.0 { (-x).exp() } else { ln_term.exp() };
+        sum += term;
+        if k > 0.5 * x && term < 1e-17 * sum {
+            break;
+        }
+        k += 1.0;
+    }
+    sum.ln() + x
 }
 
 /// `ln(1 - e^-y)` for `y > 0`: `ln(y s(y))` with the series `s(y) = (1 - e^-y) / y` below
