@@ -239,7 +239,7 @@ fn trapezoid(xs: &[f64], lp: &[f64]) -> f64 {
 fn simpson(xs: &[f64], lp: &[f64]) -> f64 {
     let h = xs[1] - xs[0];
     let m = xs.len() - 1;
-    assert!(m % 2 == 0);
+    assert!(m.is_multiple_of(2));
     let inner: f64 = (1..m).map(|i| if i % 2 == 1 { 4.0 } else { 2.0 } * lp[i].exp()).sum();
     h / 3.0 * (lp[0].exp() + inner + lp[m].exp())
 }
@@ -279,7 +279,7 @@ fn logistic_links_are_exact_in_both_tails() {
 
 #[test]
 fn log1m_exp_and_log_diff_exp_keep_small_gaps() {
-    let xs = [-800.0, -30.0, -1.0, -0.6931, -0.5, -1e-3];
+    let xs = [-800.0, -30.0, -1.0, -0.69, -0.5, -1e-3];
     elementwise("log1m_exp", &xs, log1m_exp, |x| (-x.exp_m1()).ln(), 1e-12, true);
     elementwise("log1m_exp", &[-1e-9, -1e-30], log1m_exp, |x| (-x.exp_m1()).ln(), 1e-12, false);
     let d = dev();

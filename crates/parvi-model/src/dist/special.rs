@@ -281,6 +281,7 @@ pub fn ln_gamma(x: f64) -> f64 {
 mod tests {
     use super::*;
 
+    #[test]
     fn ln_gamma_matches_factorials_and_half_integers() {
         for (x, expected) in [(1.0, 0.0), (2.0, 0.0), (5.0, 24f64.ln()), (0.5, PI.sqrt().ln()), (10.0, 362_880f64.ln())]
         {
