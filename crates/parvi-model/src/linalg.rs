@@ -12,6 +12,9 @@ use burn::backend::Dispatch;
 use burn::tensor::Tensor;
 
 use crate::ModelError;
+/// Re-exported from [`crate::tensor_ops`], where it lives so that the tensor helpers need nothing
+/// from this module (linear algebra builds on the helpers, not the other way round).
+pub use crate::tensor_ops::diagonal;
 
 mod flex;
 mod ops;
@@ -34,13 +37,6 @@ fn square_dims(op: &'static str, name: &'static str, a: &Tensor<3>) -> Result<(u
         return Err(invalid(op, name, format!("needs a batch of non-empty square matrices, got [{m}, {k}, {k2}]")));
     }
     Ok((m, k))
-}
-
-/// The diagonals of a batch of square matrices `[m, K, K]`: `[m, K]`.
-pub fn diagonal(a: Tensor<3>) -> Tensor<2> {
-    let [m, k, _] = a.dims();
-    let eye = Tensor::<2>::eye(k, &a.device()).cast(a.dtype()).unsqueeze::<3>();
-    (a * eye).sum_dim(2).reshape([m, k])
 }
 
 /// Lower Cholesky factors `l` `[m, K, K]` of the symmetric positive-definite matrices `a`

@@ -28,10 +28,17 @@ pub fn sq_dists_from_products(xy: Tensor<2>, x_norms: Tensor<2>, y_norms: Tensor
 }
 
 /// The diagonal of the square matrix `m` `[n, n]`, as a column `[n, 1]`
-/// ([`crate::linalg::diagonal`] of a batch of one).
+/// ([`diagonal`] of a batch of one).
 pub fn diagonal_column(m: Tensor<2>) -> Tensor<2> {
     let n = m.dims()[0];
-    crate::linalg::diagonal(m.unsqueeze::<3>()).reshape([n, 1])
+    diagonal(m.unsqueeze::<3>()).reshape([n, 1])
+}
+
+/// The diagonals of a batch of square matrices `[m, K, K]`: `[m, K]`.
+pub fn diagonal(a: Tensor<3>) -> Tensor<2> {
+    let [m, k, _] = a.dims();
+    let eye = Tensor::<2>::eye(k, &a.device()).cast(a.dtype()).unsqueeze::<3>();
+    (a * eye).sum_dim(2).reshape([m, k])
 }
 
 /// Numerically stable `log sum exp` along `dim`, keeping the dimension.

@@ -10,14 +10,15 @@
 //! term `log(1 - alpha1)`. `beta1` is reported as a transformed parameter under Stan's name.
 //!
 //! The variance recursion is a linear recurrence with a constant coefficient, `s[t] = u[t] +
-//! beta1 s[t-1]`, so it is computed for all time points at once by a parallel prefix scan
-//! ([`linear_recurrence`]) in `ceil(log2 T)` rounds (8 for `T = 200`) of whole-row tensor
-//! operations, not `T` sequential steps of one autodiff node each. The recursion couples all
-//! time points, so the data are not minibatched.
+//! beta1 s[t-1]`, so it is computed for all time points at once by the DSL's parallel prefix scan
+//! ([`linear_scan`]) in `ceil(log2 T)` rounds (8 for `T = 200`) of whole-row tensor operations,
+//! not `T` sequential steps of one autodiff node each. The recursion couples all time points, so
+//! the data are not minibatched.
 
 use burn::tensor::{Device, Tensor};
 use parvi_model::dist::{LogProb, Normal};
 use parvi_model::program::{Program, Target, Vars};
+use parvi_model::scan::linear_scan;
 use parvi_model::tensor_ops::matrix_from_vec;
 use parvi_model::{ModelError, ParamLayout};
 
@@ -74,28 +75,8 @@ impl Program for Garch {
         *target += one_minus_alpha1.log();
         // sigma[t]^2 = u[t] + beta1 sigma[t-1]^2, u[1] = sigma1^2, u[t] = alpha0 + alpha1 (y[t-1] - mu)^2.
         let u = (alpha1 * (self.y_prev.clone() - mu.clone()).square() + alpha0) * self.later.clone();
-        let sigma = linear_recurrence(u + self.first.clone(), beta1).sqrt();
+        let sigma = linear_scan(beta1, u + self.first.clone())?.sqrt();
         *target += Normal::new(mu, sigma)?.log_prob(self.y.clone());
         Ok(())
     }
-}
-
-/// `s[t] = u[t] + a s[t-1]` (`s[0] = u[0]`) along axis 1 of `u` `[n, T]`, with one coefficient
-/// per row `a` `[n, 1]`: `s[t] = sum_j a^j u[t-j]`.
-///
-/// Hillis & Steele's inclusive scan (1986): after the round with shift `d`, `s[t]` holds the
-/// terms `j < 2d`, and the coefficient of the next round is `a^(2d)`. `ceil(log2 T)` rounds of
-/// whole-row operations, each a few autodiff nodes; every partial sum has positive terms for the
-/// GARCH variance (`u >= 0`, `a` in `(0, 1)`), so nothing cancels.
-fn linear_recurrence(u: Tensor<2>, a: Tensor<2>) -> Tensor<2> {
-    let [n, t] = u.dims();
-    let (mut s, mut power) = (u, a);
-    let mut shift = 1;
-    while shift < t {
-        let lagged = Tensor::cat(vec![Tensor::zeros([n, shift], &s.device()), s.clone().narrow(1, 0, t - shift)], 1);
-        s = s + lagged * power.clone();
-        power = power.square();
-        shift *= 2;
-    }
-    s
 }

@@ -1,0 +1,368 @@
+//! Multivariate densities: the Dirichlet over simplexes, the LKJ over Cholesky factors of
+//! correlation matrices, and the multivariate normal from a Cholesky factor of its covariance.
+
+use std::f64::consts::PI;
+
+use burn::tensor::{Bool, Tensor, TensorData};
+
+use super::special::{ln_gamma, ln_gamma_ratio_tensor, ln_gamma_tensor};
+use super::{LogProb, Param, bad, lift, positive_scalar};
+use crate::ModelError;
+use crate::linalg::{Triangle, diagonal, triangular_solve};
+
+/// `Dirichlet(alpha)` over the last axis (Stan's `dirichlet_lpdf`):
+/// `ln Gamma(sum alpha) - sum ln Gamma(alpha) + sum (alpha - 1) ln theta`.
+///
+/// Values are simplexes along the last axis (`[n, K]`: one per particle); the result keeps
+/// that axis with size 1 (`[n, 1]`). A row with an entry `<= 0` gives `-inf`. The rows are not
+/// checked to sum to 1: they come from a simplex transform, and a tolerance test per
+/// evaluation would be a host read on the hot path.
+#[derive(Clone, Debug)]
+pub struct Dirichlet<const D: usize> {
+    alpha: Concentration<D>,
+}
+
+#[derive(Clone, Debug)]
+enum Concentration<const D: usize> {
+    /// Constants and their normalising constant, computed in f64 once.
+    Host { alpha: Vec<f64>, log_norm: f64 },
+    /// Broadcastable against the values (`[1, K]` or `[n, K]`).
+    Tensor(Box<Tensor<D>>),
+}
+
+impl<const D: usize> Dirichlet<D> {
+    /// A Dirichlet with constant concentrations `alpha` (`[K]`), each finite and positive.
+    pub fn new(alpha: &[f64]) -> Result<Self, ModelError> {
+        if alpha.is_empty() {
+            return Err(bad("Dirichlet", "alpha", "needs at least one concentration"));
+        }
+        for &a in alpha {
+            positive_scalar("Dirichlet", "alpha", a)?;
+        }
+        let log_norm = ln_gamma(alpha.iter().sum()) - alpha.iter().map(|&a| ln_gamma(a)).sum::<f64>();
+        Ok(Self { alpha: Concentration::Host { alpha: alpha.to_vec(), log_norm } })
+    }
+
+    /// A Dirichlet with concentrations from a tensor broadcastable against the values along
+    /// every axis but the last (`[1, K]` shared, `[n, K]` per particle); they must be
+    /// positive (typically through a positive constraint).
+    pub fn from_tensor(alpha: Tensor<D>) -> Self {
+        Self { alpha: Concentration::Tensor(Box::new(alpha)) }
+    }
+}
+
+impl<const D: usize> LogProb<D> for Dirichlet<D> {
+    fn log_prob(&self, theta: Tensor<D>) -> Tensor<D> {
+        let outside = theta.clone().lower_equal_elem(0.0);
+        let lx = theta.clamp_min(f32::MIN_POSITIVE).log();
+        let (terms, log_norm) = match &self.alpha {
+            Concentration::Host { alpha, log_norm } => {
+                let mut shape = [1; D];
+                shape[D - 1] = alpha.len();
+                let am1: Vec<f64> = alpha.iter().map(|a| a - 1.0).collect();
+                let am1 = Tensor::<D>::from_data(TensorData::new(am1, shape), (&lx.device(), lx.dtype()));
+                (lx * am1, Param::Scalar(*log_norm))
+            }
+            Concentration::Tensor(alpha) => {
+                let alpha = (**alpha).clone();
+                let log_norm =
+                    ln_gamma_tensor(alpha.clone().sum_dim(D - 1)) - ln_gamma_tensor(alpha.clone()).sum_dim(D - 1);
+                (lx * alpha.sub_scalar(1.0), Param::from(log_norm))
+            }
+        };
+        // -inf terms sum to -inf: a row with any entry outside is outside.
+        log_norm.add_to(terms.mask_fill(outside, f32::NEG_INFINITY).sum_dim(D - 1))
+    }
+}
+
+/// Stan's `lkj_corr_cholesky_lpdf(L | eta)` on Cholesky factors of correlation matrices
+/// `[n, K, K]`: `c_K(eta) + sum_{i=1}^{K-1} (K - 1 - i + 2 eta - 2) ln L_ii`, with Stan's
+/// normalising constant (`do_lkj_constant`, Lewandowski, Kurowicka & Joe 2009, theorem 5)
+/// `c_K = (K-1) ln Gamma(eta + (K-1)/2) - sum_{k=1}^{K-1} [k ln(pi)/2 + ln Gamma(eta + (K-1-k)/2)]`.
+///
+/// `eta` is a scalar or a per-particle tensor `[n]`. A factor with a diagonal entry `<= 0`
+/// gives `-inf`; that the rows have unit norm is the constraint transform's business, not
+/// checked here.
+#[derive(Clone, Debug)]
+pub struct LkjCorrCholesky {
+    eta: Param<1>,
+}
+
+impl LkjCorrCholesky {
+    /// `LkjCorrCholesky(eta)`; a scalar `eta` must be finite and positive.
+    pub fn new(eta: impl Into<Param<1>>) -> Result<Self, ModelError> {
+        Ok(Self { eta: eta.into().check_positive("LkjCorrCholesky", "eta")? })
+    }
+
+    /// The log-density of each factor in `l` (`[n, K, K]`, lower triangular): `[n]`.
+    pub fn log_prob(&self, l: Tensor<3>) -> Tensor<1> {
+        let [n, k, _] = l.dims();
+        let km1 = k.saturating_sub(1) as f64;
+        let constant = self.eta.map(
+            |eta| {
+                km1 * ln_gamma(eta + 0.5 * km1)
+                    - (1..k).map(|j| 0.5 * j as f64 * PI.ln() + ln_gamma(eta + 0.5 * (km1 - j as f64))).sum::<f64>()
+            },
+            |eta| {
+                let mut c = ln_gamma_tensor(eta.clone().add_scalar(0.5 * km1)).mul_scalar(km1);
+                for j in 1..k {
+                    let jf = j as f64;
+                    c = c - ln_gamma_tensor(eta.clone().add_scalar(0.5 * (km1 - jf))).add_scalar(0.5 * jf * PI.ln());
+                }
+                c
+            },
+        );
+        if k < 2 {
+            return constant.add_to(l.reshape([n, k * k]).sum_dim(1).mul_scalar(0.0).reshape([n]));
+        }
+        // The diagonal L_11 .. L_{K-1,K-1} (0-based) of the flattened rows: indices i (K + 1).
+        let step = k + 1;
+        let idx = Tensor::<1, burn::tensor::Int>::arange_step(step as i64..(k * k) as i64, step, &l.device());
+        let diag = l.reshape([n, k * k]).select(1, idx); // [n, K-1]
+        let outside = diag.clone().lower_equal_elem(0.0);
+        let ld = diag.clamp_min(f32::MIN_POSITIVE).log();
+        let coef: Vec<f64> = (1..k).map(|i| (k - 1 - i) as f64).collect();
+        let coef = Tensor::<2>::from_data(TensorData::new(coef, [1, k - 1]), (&ld.device(), ld.dtype()));
+        let two_eta_m2 = match &self.eta {
+            Param::Scalar(eta) => lift(2.0 * eta - 2.0, &ld),
+            Param::Tensor(eta) => (**eta).clone().mul_scalar(2.0).sub_scalar(2.0).reshape([n, 1]),
+        };
+        let terms = (ld * (coef + two_eta_m2)).mask_fill(outside, f32::NEG_INFINITY);
+        constant.add_to(terms.sum_dim(1).reshape([n]))
+    }
+}
+
+const NAME: &str = "multi_normal_cholesky";
+
+/// `y ~ multi_normal_cholesky(mu, L)` for every particle: mean `mu` `[n, K]` (or zero) and lower
+/// Cholesky factor `l` `[n, K, K]` of the covariance `L L^T` (a batch of one is shared).
+///
+/// `log p(y) = -K/2 log(2 pi) - sum_i log L_ii - |L^-1 (y - mu)|^2 / 2` per vector, from one
+/// triangular solve (Stan math, `prim/prob/multi_normal_cholesky_lpdf.hpp`). `L` is taken as a
+/// Cholesky factor (positive diagonal, e.g. from [`crate::linalg::cholesky`]): the upper
+/// triangle is not read, and a non-positive diagonal entry gives NaN.
+#[derive(Clone, Debug)]
+pub struct MultiNormalCholesky {
+    /// `[n, K]`, or `None` for a zero mean.
+    mu: Option<Tensor<2>>,
+    /// `[n, K, K]`
+    l: Tensor<3>,
+}
+
+impl MultiNormalCholesky {
+    /// The distribution with mean `mu` `[n, K]` (`None`: zero) and factor `l` `[n, K, K]`.
+    ///
+    /// # Errors
+    /// If `l` is not a batch of non-empty square matrices, or `mu` is not `[n, K]` for them
+    /// (`n` may be one on either side).
+    pub fn new(mu: Option<Tensor<2>>, l: Tensor<3>) -> Result<Self, ModelError> {
+        let [nl, k, k2] = l.dims();
+        if k != k2 || k == 0 {
+            return Err(invalid("L", format!("must be [n, K, K] with K > 0, got [{nl}, {k}, {k2}]")));
+        }
+        if let Some(mu) = &mu {
+            let [nm, km] = mu.dims();
+            if km != k || (nm != nl && nm != 1 && nl != 1) {
+                return Err(invalid("mu", format!("is [{nm}, {km}] against L [{nl}, {k}, {k}]")));
+            }
+        }
+        Ok(Self { mu, l })
+    }
+
+    /// The dimension `K`.
+    pub fn dim(&self) -> usize {
+        self.l.dims()[1]
+    }
+
+    /// The particles in the parameters (the larger batch of `mu` and `L`).
+    fn batch(&self) -> usize {
+        let nl = self.l.dims()[0];
+        self.mu.as_ref().map_or(nl, |mu| mu.dims()[0].max(nl))
+    }
+
+    /// `log p(y_i)` for one vector per particle, `y` `[n, K]` (or `[1, K]` shared): `[n]`.
+    ///
+    /// # Errors
+    /// If `y` does not have `K` columns, or its rows are neither one nor the particles'.
+    pub fn log_prob(&self, y: Tensor<2>) -> Result<Tensor<1>, ModelError> {
+        let [ny, ky] = y.dims();
+        let (n, k) = (self.batch(), self.dim());
+        if ky != k || (ny != n && ny != 1 && n != 1) {
+            return Err(invalid("y", format!("is [{ny}, {ky}] against {n} particles of dimension {k}")));
+        }
+        let n = n.max(ny);
+        let r = match &self.mu {
+            Some(mu) => y - mu.clone(),
+            None => y,
+        };
+        let rows = r.dims()[0];
+        let r = r.reshape([rows, k, 1]);
+        self.log_prob_residuals(r, n, 1)
+    }
+
+    /// `sum_r log p(y_r)` over the `m` rows of data `y` `[m, K]` shared by all particles: `[n]`.
+    /// A single vector `[K]` is `y.unsqueeze()`.
+    ///
+    /// # Errors
+    /// If `y` does not have `K` columns or has no rows.
+    pub fn log_prob_data(&self, y: Tensor<2>) -> Result<Tensor<1>, ModelError> {
+        let [m, ky] = y.dims();
+        let (n, k) = (self.batch(), self.dim());
+        if ky != k || m == 0 {
+            return Err(invalid("y", format!("is [{m}, {ky}]: needs rows of dimension {k}")));
+        }
+        // Residuals as columns, [n, K, m]: one solve for every row of every particle.
+        let yt = y.transpose().unsqueeze::<3>(); // [1, K, m]
+        let r = match &self.mu {
+            Some(mu) => {
+                let nm = mu.dims()[0];
+                yt - mu.clone().reshape([nm, k, 1])
+            }
+            None => yt,
+        };
+        self.log_prob_residuals(r, n, m)
+    }
+
+    /// The log-density summed over the `m` residual columns of `r` `[n or 1, K, m]`.
+    fn log_prob_residuals(&self, r: Tensor<3>, n: usize, m: usize) -> Result<Tensor<1>, ModelError> {
+        let k = self.dim();
+        let z = triangular_solve(self.l.clone(), r, Triangle::Lower, false)?; // [n, K, m]
+        let quad = z.square().sum_dim(2).sum_dim(1).reshape([n]);
+        let nl = self.l.dims()[0];
+        let log_det_half = diagonal(self.l.clone()).log().sum_dim(1).reshape([nl]);
+        let log_det_half = if nl == n { log_det_half } else { log_det_half.expand([n]) };
+        // m K / 2 log(2 pi) + m sum_i log L_ii + |z|^2 / 2
+        let constant = 0.5 * (m * k) as f64 * (2.0 * std::f64::consts::PI).ln();
+        Ok((log_det_half.mul_scalar(m as f64) + quad.mul_scalar(0.5)).neg().sub_scalar(constant))
+    }
+}
+
+fn invalid(name: &'static str, reason: String) -> ModelError {
+    ModelError::InvalidParameter { dist: NAME, name, reason }
+}
+
+/// A batch of covariance matrices factored once: the factors, and which are not positive
+/// definite (their densities are `-inf`).
+fn factor(dist: &'static str, sigma: Tensor<3>) -> Result<(Tensor<3>, Tensor<1, Bool>), ModelError> {
+    let [n, k, k2] = sigma.dims();
+    if k != k2 || k == 0 {
+        return Err(bad(dist, "Sigma", format!("must be [n, K, K] with K > 0, got [{n}, {k}, {k2}]")));
+    }
+    let (l, pivots) = crate::linalg::cholesky(sigma)?;
+    // `> 0` is false for a NaN pivot too.
+    Ok((l, pivots.greater_elem(0.0).bool_not()))
+}
+
+/// Stan's `multi_normal(mu, Sigma)` with a full covariance `Sigma` `[n, K, K]` per particle:
+/// one batched Cholesky factorisation ([`crate::linalg::cholesky`], one autodiff node), then
+/// [`MultiNormalCholesky`]. A `Sigma` that is not positive definite gives that particle `-inf`.
+#[derive(Clone, Debug)]
+pub struct MultiNormal {
+    inner: MultiNormalCholesky,
+    /// `[n]`: the particles whose `Sigma` is not positive definite.
+    singular: Tensor<1, Bool>,
+}
+
+impl MultiNormal {
+    /// Mean `mu` `[n, K]` (`None`: zero) and covariance `sigma` `[n, K, K]` (its lower triangle
+    /// is read; a batch of one is shared).
+    ///
+    /// # Errors
+    /// If the shapes do not fit.
+    pub fn new(mu: Option<Tensor<2>>, sigma: Tensor<3>) -> Result<Self, ModelError> {
+        let (l, singular) = factor("multi_normal", sigma)?;
+        Ok(Self { inner: MultiNormalCholesky::new(mu, l)?, singular })
+    }
+
+    fn mask(&self, lp: Tensor<1>) -> Tensor<1> {
+        let n = lp.dims()[0];
+        lp.mask_fill(self.singular.clone().expand([n]), f32::NEG_INFINITY)
+    }
+
+    /// `log p(y_i)` for one vector per particle, `y` `[n, K]` (or `[1, K]` shared): `[n]`.
+    ///
+    /// # Errors
+    /// As [`MultiNormalCholesky::log_prob`].
+    pub fn log_prob(&self, y: Tensor<2>) -> Result<Tensor<1>, ModelError> {
+        Ok(self.mask(self.inner.log_prob(y)?))
+    }
+
+    /// `sum_r log p(y_r)` over the rows of data `y` `[m, K]`: `[n]`.
+    ///
+    /// # Errors
+    /// As [`MultiNormalCholesky::log_prob_data`].
+    pub fn log_prob_data(&self, y: Tensor<2>) -> Result<Tensor<1>, ModelError> {
+        Ok(self.mask(self.inner.log_prob_data(y)?))
+    }
+}
+
+/// Stan's `multi_student_t(nu, mu, Sigma)`: with `q = (y - mu)^T Sigma^-1 (y - mu)`,
+/// `ln Gamma((nu + K) / 2) - ln Gamma(nu / 2) - K/2 ln(nu pi) - 1/2 ln|Sigma| - (nu + K)/2
+/// ln(1 + q / nu)`, from one batched Cholesky factorisation and one triangular solve; the
+/// log-gamma difference from [`ln_gamma_ratio_tensor`] for a tensor `nu`. A `Sigma` that is not
+/// positive definite gives that particle `-inf`.
+#[derive(Clone, Debug)]
+pub struct MultiStudentT {
+    nu: Param<1>,
+    mu: Option<Tensor<2>>,
+    l: Tensor<3>,
+    singular: Tensor<1, Bool>,
+}
+
+impl MultiStudentT {
+    /// Degrees of freedom `nu` (a finite positive scalar, or `[n]`), mean `mu` `[n, K]`
+    /// (`None`: zero), scale matrix `sigma` `[n, K, K]`.
+    ///
+    /// # Errors
+    /// If a scalar `nu` is not finite and positive, or the shapes do not fit.
+    pub fn new(nu: impl Into<Param<1>>, mu: Option<Tensor<2>>, sigma: Tensor<3>) -> Result<Self, ModelError> {
+        let nu = nu.into().check_positive("multi_student_t", "nu")?;
+        let (l, singular) = factor("multi_student_t", sigma)?;
+        // Shapes checked as the normal's are.
+        let checked = MultiNormalCholesky::new(mu, l)?;
+        Ok(Self { nu, mu: checked.mu, l: checked.l, singular })
+    }
+
+    /// `log p(y_i)` for one vector per particle, `y` `[n, K]` (or `[1, K]` shared): `[n]`.
+    ///
+    /// # Errors
+    /// If `y` does not have `K` columns, or its rows are neither one nor the particles'.
+    pub fn log_prob(&self, y: Tensor<2>) -> Result<Tensor<1>, ModelError> {
+        let [nl, k, _] = self.l.dims();
+        let [ny, ky] = y.dims();
+        let nm = self.mu.as_ref().map_or(nl, |m| m.dims()[0]);
+        let n = nl.max(ny).max(nm);
+        if ky != k || [nl, ny, nm].iter().any(|&r| r != n && r != 1) {
+            return Err(bad("multi_student_t", "y", format!("is [{ny}, {ky}] against {n} particles of dimension {k}")));
+        }
+        let r = match &self.mu {
+            Some(mu) => y - mu.clone(),
+            None => y,
+        };
+        let rows = r.dims()[0];
+        let z = triangular_solve(self.l.clone(), r.reshape([rows, k, 1]), Triangle::Lower, false)?;
+        let rows = z.dims()[0];
+        let quad = z.square().sum_dim(1).reshape([rows]);
+        let log_det_half = diagonal(self.l.clone()).log().sum_dim(1).reshape([nl]);
+        let kf = k as f64;
+        let quad = if rows == n { quad } else { quad.expand([n]) };
+        let log_det_half = if nl == n { log_det_half } else { log_det_half.expand([n]) };
+        // (nu + K)/2 ln(1 + q / nu) and the normalising constant, scalar or per particle.
+        let lp = match &self.nu {
+            Param::Scalar(nu) => {
+                let c = ln_gamma(0.5 * (nu + kf)) - ln_gamma(0.5 * nu) - 0.5 * kf * (nu * PI).ln();
+                quad.div_scalar(*nu).log1p().mul_scalar(-0.5 * (nu + kf)).add_scalar(c)
+            }
+            Param::Tensor(nu) => {
+                let nu = (**nu).clone();
+                let half = nu.clone().mul_scalar(0.5);
+                let c = ln_gamma_ratio_tensor(half.clone(), lift(0.5 * kf, &half))
+                    - nu.clone().mul_scalar(PI).log().mul_scalar(0.5 * kf);
+                c - (quad / nu.clone()).log1p() * nu.add_scalar(kf).mul_scalar(0.5)
+            }
+        };
+        let lp = lp - log_det_half;
+        let n = lp.dims()[0];
+        Ok(lp.mask_fill(self.singular.clone().expand([n]), f32::NEG_INFINITY))
+    }
+}

@@ -1,0 +1,1009 @@
+//! Stan's function library in the DSL (issue 43): links and special functions, the new
+//! distributions, index arrays and the linear scan, each against an independent `f64`
+//! evaluation written here from the Stan Functions Reference's definitions (Numerical Recipes'
+//! log-gamma and incomplete gamma, exact digamma values, quadrature of densities, sums of
+//! probability mass functions), and autodiff gradients against central differences of those.
+//!
+//! The tensors are `f64` on flex, so a comparison measures the library's formulas and fits
+//! (the erfc fit's 1.2e-7, the Bessel fits' 2e-7), not `f32` rounding; a few checks run in `f32`
+//! too, where the stable forms matter most (the tails).
+
+use std::f64::consts::{LN_2, PI};
+
+use parvi_model::burn::tensor::{DType, Device, Tensor, TensorData};
+use parvi_model::dist::{
+    BernoulliLogit, BernoulliLogitGlm, BetaBinomial, Binomial, CategoricalLogit, ExpModNormal, Frechet, Gumbel,
+    LogNormal, LogProb, Logistic, MultiNormal, MultiStudentT, Multinomial, NegBinomial2, NormalIdGlm, OrderedLogistic,
+    OrderedProbit, Pareto, PoissonLog, PoissonLogGlm, SkewNormal, VonMises, Weibull,
+};
+use parvi_model::functions::{
+    Phi, Phi_approx, binary_log_loss, cumulative_sum, diag_pre_multiply, digamma, inv_Phi, inv_logit, lbeta, lchoose,
+    lgamma, log_diff_exp, log_inv_logit, log_sum_exp_pair, log1m, log1m_exp, log1m_inv_logit, log1p_exp, logit,
+    quad_form_diag, softmax, std_normal_lccdf, std_normal_lcdf,
+};
+use parvi_model::grad::value_and_grad;
+use parvi_model::index::{IndexArray, gather};
+use parvi_model::scan::linear_scan;
+use parvi_model::{BackendKind, ModelError};
+
+const EULER: f64 = 0.577_215_664_901_532_9;
+
+// ---------------------------------------------------------------------------------------------
+// Independent f64 references.
+
+/// `ln Gamma(x)`, Numerical Recipes' `gammln` (Lanczos g = 5, six terms; error below 2e-10).
+fn lgamma_ref(x: f64) -> f64 {
+    const COF: [f64; 6] = [
+        76.180_091_729_471_46,
+        -86.505_320_329_416_77,
+        24.014_098_240_830_91,
+        -1.231_739_572_450_155,
+        0.120_865_097_386_617_9e-2,
+        -0.539_523_938_495_3e-5,
+    ];
+    let mut tmp = x + 5.5;
+    tmp -= (x + 0.5) * tmp.ln();
+    let mut ser = 1.000_000_000_190_015;
+    for (j, c) in COF.iter().enumerate() {
+        ser += c / (x + 1.0 + j as f64);
+    }
+    -tmp + (2.506_628_274_631_000_5 * ser / x).ln()
+}
+
+/// `(ln P(a, x), ln Q(a, x))`: the series below `a + 1`, the continued fraction above.
+fn ln_incomplete_gamma(a: f64, x: f64) -> (f64, f64) {
+    let ln_front = -x + a * x.ln() - lgamma_ref(a);
+    if x < a + 1.0 {
+        let (mut ap, mut del, mut sum) = (a, 1.0 / a, 1.0 / a);
+        for _ in 0..10_000 {
+            ap += 1.0;
+            del *= x / ap;
+            sum += del;
+            if del.abs() < sum.abs() * 1e-17 {
+                break;
+            }
+        }
+        let lp = ln_front + sum.ln();
+        (lp, (-lp.exp()).ln_1p())
+    } else {
+        let tiny = 1e-300;
+        let mut b = x + 1.0 - a;
+        let (mut c, mut d) = (1.0 / tiny, 1.0 / b);
+        let mut h = d;
+        for i in 1..10_000 {
+            let an = -(i as f64) * (i as f64 - a);
+            b += 2.0;
+            d = an * d + b;
+            if d.abs() < tiny {
+                d = tiny;
+            }
+            c = b + an / c;
+            if c.abs() < tiny {
+                c = tiny;
+            }
+            d = 1.0 / d;
+            let del = d * c;
+            h *= del;
+            if (del - 1.0).abs() < 1e-16 {
+                break;
+            }
+        }
+        let lq = ln_front + h.ln();
+        ((-lq.exp()).ln_1p(), lq)
+    }
+}
+
+/// `(ln Phi(z), ln(1 - Phi(z)))` from `erfc(u) = Q(1/2, u^2)`.
+fn ln_phi_ref(z: f64) -> (f64, f64) {
+    if z == 0.0 {
+        return (-LN_2, -LN_2);
+    }
+    let tail = ln_incomplete_gamma(0.5, z * z / 2.0).1 - LN_2;
+    let body = (-tail.exp()).ln_1p();
+    if z < 0.0 { (tail, body) } else { (body, tail) }
+}
+
+fn phi_ref(z: f64) -> f64 {
+    ln_phi_ref(z).0.exp()
+}
+
+fn normal_density(z: f64) -> f64 {
+    (-0.5 * z * z).exp() / (2.0 * PI).sqrt()
+}
+
+/// `ln erfc(v)` for any real `v`.
+fn ln_erfc_ref(v: f64) -> f64 {
+    // erfc(v) = 2 (1 - Phi(v sqrt 2)).
+    LN_2 + ln_phi_ref(v * 2f64.sqrt()).1
+}
+
+/// `ln I_0(k)` by the trapezoid rule on `(1/pi) int_0^pi e^(k (cos t - 1)) dt` (periodic and
+/// smooth: the rule converges geometrically), plus `k`.
+fn ln_bessel_i0_ref(k: f64) -> f64 {
+    let m = 20_000;
+    let h = PI / m as f64;
+    let mut s = 0.0;
+    for i in 0..=m {
+        let w = if i == 0 || i == m { 0.5 } else { 1.0 };
+        s += w * (k * ((i as f64 * h).cos() - 1.0)).exp();
+    }
+    (s * h / PI).ln() + k
+}
+
+fn log_inv_logit_ref(x: f64) -> f64 {
+    if x < 0.0 { x - x.exp().ln_1p() } else { -(-x).exp().ln_1p() }
+}
+
+fn lchoose_ref(n: f64, k: f64) -> f64 {
+    lgamma_ref(n + 1.0) - lgamma_ref(k + 1.0) - lgamma_ref(n - k + 1.0)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Plumbing.
+
+fn dev() -> Device {
+    BackendKind::Flex.device().unwrap()
+}
+
+fn t1(v: &[f64], d: &Device) -> Tensor<1> {
+    Tensor::from_data(TensorData::new(v.to_vec(), [v.len()]), (d, DType::F64))
+}
+
+fn t2(v: &[f64], rows: usize, cols: usize, d: &Device) -> Tensor<2> {
+    Tensor::from_data(TensorData::new(v.to_vec(), [rows, cols]), (d, DType::F64))
+}
+
+fn t3(v: &[f64], dims: [usize; 3], d: &Device) -> Tensor<3> {
+    Tensor::from_data(TensorData::new(v.to_vec(), dims), (d, DType::F64))
+}
+
+fn host<const D: usize>(t: &Tensor<D>) -> Vec<f64> {
+    t.to_data().convert::<f64>().try_into_vec::<f64>().unwrap()
+}
+
+/// `got` against `want`: equal infinities and NaNs, else within `rtol (atol_scale + |want|)`.
+#[track_caller]
+fn close(what: &str, got: &[f64], want: &[f64], rtol: f64, atol_scale: f64) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        if w.is_nan() {
+            assert!(g.is_nan(), "{what}, entry {i}: {g}, expected NaN");
+        } else if w.is_infinite() {
+            assert_eq!(g, w, "{what}, entry {i}");
+        } else {
+            let tol = rtol * (atol_scale + w.abs());
+            assert!((g - w).abs() <= tol, "{what}, entry {i}: {g} vs {w} (diff {:.3e}, tolerance {tol:.1e})", g - w);
+        }
+    }
+}
+
+/// An elementwise function at `xs` against its reference, and its autodiff derivative against
+/// central differences of the reference (where `grad` and the reference is finite).
+#[track_caller]
+fn elementwise(
+    what: &str,
+    xs: &[f64],
+    f: impl Fn(Tensor<1>) -> Tensor<1>,
+    g: impl Fn(f64) -> f64,
+    rtol: f64,
+    grad: bool,
+) {
+    let d = dev();
+    let want: Vec<f64> = xs.iter().map(|&x| g(x)).collect();
+    close(what, &host(&f(t1(xs, &d))), &want, rtol, 1.0);
+    if grad {
+        let (_, gr) = value_and_grad(t1(xs, &d), &f).unwrap();
+        let gr = host(&gr);
+        for (i, &x) in xs.iter().enumerate() {
+            if !want[i].is_finite() {
+                continue;
+            }
+            let h = 1e-5 * x.abs().max(1e-2);
+            let fd = (g(x + h) - g(x - h)) / (2.0 * h);
+            let tol = 1e-5 * (1e-6 + fd.abs());
+            assert!((gr[i] - fd).abs() <= tol, "{what}: d/dx at {x}: autodiff {} vs fd {fd}", gr[i]);
+        }
+    }
+}
+
+/// The autodiff gradient of `sum f(p)` against central differences of the reference sum `g`.
+#[track_caller]
+fn grad_check(what: &str, p: &[f64], f: impl FnOnce(Tensor<1>) -> Tensor<1>, g: impl Fn(&[f64]) -> f64, rtol: f64) {
+    let (_, grad) = value_and_grad(t1(p, &dev()), |t| f(t).sum().reshape([1])).unwrap();
+    let grad = host(&grad);
+    for i in 0..p.len() {
+        let h = 1e-6 * p[i].abs().max(1e-2);
+        let (mut up, mut down) = (p.to_vec(), p.to_vec());
+        up[i] += h;
+        down[i] -= h;
+        let fd = (g(&up) - g(&down)) / (2.0 * h);
+        let tol = rtol * (1.0 + fd.abs());
+        assert!((grad[i] - fd).abs() <= tol, "{what}: d/dp{i} autodiff {} vs fd {fd} (tolerance {tol:.1e})", grad[i]);
+    }
+}
+
+#[track_caller]
+fn invalid<T: std::fmt::Debug>(r: Result<T, ModelError>, dist: &str, name: &str) {
+    match r {
+        Err(ModelError::InvalidParameter { dist: d, name: n, .. }) => assert_eq!((d, n), (dist, name)),
+        other => panic!("expected InvalidParameter {{ {dist}, {name} }}, got {other:?}"),
+    }
+}
+
+/// The trapezoid rule on `e^lp` at the equally spaced points `xs`.
+fn trapezoid(xs: &[f64], lp: &[f64]) -> f64 {
+    xs.windows(2).zip(lp.windows(2)).map(|(x, l)| 0.5 * (x[1] - x[0]) * (l[0].exp() + l[1].exp())).sum()
+}
+
+/// Simpson's rule on `e^lp` at the equally spaced points `xs` (an odd count).
+fn simpson(xs: &[f64], lp: &[f64]) -> f64 {
+    let h = xs[1] - xs[0];
+    let m = xs.len() - 1;
+    assert!(m.is_multiple_of(2));
+    let inner: f64 = (1..m).map(|i| if i % 2 == 1 { 4.0 } else { 2.0 } * lp[i].exp()).sum();
+    h / 3.0 * (lp[0].exp() + inner + lp[m].exp())
+}
+
+/// `ln(1 + e^v)` in f64 without overflow.
+fn softplus_ref(v: f64) -> f64 {
+    if v > 0.0 { v + (-v).exp().ln_1p() } else { v.exp().ln_1p() }
+}
+
+fn grid(lo: f64, hi: f64, m: usize) -> Vec<f64> {
+    (0..=m).map(|i| lo + (hi - lo) * i as f64 / m as f64).collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Links and special functions.
+
+const WIDE: [f64; 13] = [-800.0, -50.0, -20.0, -1.0, -1e-8, 0.0, 1e-8, 0.3, 2.0, 20.0, 37.0, 50.0, 800.0];
+
+#[test]
+fn logistic_links_are_exact_in_both_tails() {
+    elementwise("log_inv_logit", &WIDE, log_inv_logit, log_inv_logit_ref, 1e-14, true);
+    elementwise("log1m_inv_logit", &WIDE, log1m_inv_logit, |x| log_inv_logit_ref(-x), 1e-14, true);
+    elementwise("log1p_exp", &WIDE, log1p_exp, |x| -log_inv_logit_ref(-x), 1e-14, true);
+    elementwise("inv_logit", &WIDE[1..12], inv_logit, |x| log_inv_logit_ref(x).exp(), 1e-14, true);
+    let logit_ref = |p: f64| p.ln() - (-p).ln_1p();
+    elementwise("logit", &[1e-300, 1e-10, 1.0 - 1e-12], logit, logit_ref, 1e-14, false);
+    elementwise("logit", &[0.01, 0.25, 0.5, 0.9], logit, logit_ref, 1e-14, true);
+    elementwise("log1m", &[1e-10, 0.999_999, 1.0], log1m, |x| (-x).ln_1p(), 1e-14, false);
+    elementwise("log1m", &[-5.0, 0.0, 0.5, 0.9], log1m, |x| (-x).ln_1p(), 1e-14, true);
+    // In f32 as models run: the tails stay exact where inv_logit itself rounds to 0 or 1.
+    let d = dev();
+    let x = Tensor::<1>::from_data(TensorData::new(vec![-30f32, 30.0], [2]), &d);
+    let tiny = -(-30f64).exp().ln_1p();
+    close("f32 log_inv_logit", &host(&log_inv_logit(x.clone())), &[-30.0, tiny], 1e-6, 0.0);
+    close("f32 log1m_inv_logit", &host(&log1m_inv_logit(x)), &[tiny, -30.0], 1e-6, 0.0);
+}
+
+#[test]
+fn log1m_exp_and_log_diff_exp_keep_small_gaps() {
+    let xs = [-800.0, -30.0, -1.0, -0.69, -0.5, -1e-3];
+    elementwise("log1m_exp", &xs, log1m_exp, |x| (-x.exp_m1()).ln(), 1e-12, true);
+    elementwise("log1m_exp", &[-1e-9, -1e-30], log1m_exp, |x| (-x.exp_m1()).ln(), 1e-12, false);
+    let d = dev();
+    close("log1m_exp at 0 and above", &host(&log1m_exp(t1(&[0.0, 1.0], &d))), &[f64::NEG_INFINITY, f64::NAN], 0.0, 0.0);
+    let (a, b) = ([0.0, 10.0, -700.0, 5.0, 3.0, 1.0], [-1e-9, -30.0, -700.5, 5.0, 4.0, f64::NEG_INFINITY]);
+    let want: Vec<f64> = a
+        .iter()
+        .zip(&b)
+        .map(|(&a, &b)| match () {
+            _ if a == b => f64::NEG_INFINITY,
+            _ if a < b => f64::NAN,
+            _ => a + (-(b - a).exp_m1()).ln(),
+        })
+        .collect();
+    close("log_diff_exp", &host(&log_diff_exp(t1(&a, &d), t1(&b, &d))), &want, 1e-12, 1.0);
+    let b = [-1e-9, -30.0, -700.5, 5.0, 4.0, -1e300];
+    let want: Vec<f64> = a.iter().zip(&b).map(|(&a, &b)| a.max(b) + (-(a - b).abs()).exp().ln_1p()).collect();
+    close("log_sum_exp_pair", &host(&log_sum_exp_pair(t1(&a, &d), t1(&b, &d))), &want, 1e-14, 1.0);
+}
+
+#[test]
+fn phi_and_its_logs_are_accurate_in_the_tails() {
+    let xs = [-37.0, -20.0, -8.0, -3.0, -1.0, 0.0, 0.5, 2.0, 6.0, 9.0];
+    elementwise("Phi", &xs, Phi, phi_ref, 3e-7, true);
+    // Stan's definition of Phi_approx, and its distance from Phi (documented below 1.4e-4).
+    let approx = |x: f64| 1.0 / (1.0 + (-(0.07056 * x * x * x + 1.5976 * x)).exp());
+    elementwise("Phi_approx", &xs[2..], Phi_approx, approx, 1e-13, true);
+    assert!(xs.iter().all(|&x| (approx(x) - phi_ref(x)).abs() < 1.4e-4));
+    let zs = [-300.0, -40.0, -5.0, -0.1, 0.0, 0.1, 5.0, 12.0];
+    elementwise("std_normal_lcdf", &zs, std_normal_lcdf, |z| ln_phi_ref(z).0, 3e-7, true);
+    elementwise("std_normal_lccdf", &zs, std_normal_lccdf, |z| ln_phi_ref(z).1, 3e-7, true);
+    // f32: the far tail has no cancellation left.
+    let x32 = Tensor::<1>::from_data(TensorData::new(vec![-30f32, 10.0], [2]), &dev());
+    close("f32 std_normal_lcdf", &host(&std_normal_lcdf(x32)), &[ln_phi_ref(-30.0).0, ln_phi_ref(10.0).0], 1e-6, 0.0);
+}
+
+#[test]
+fn inv_phi_inverts_phi_with_the_exact_derivative() {
+    let ps = [1e-30, 1e-10, 0.001, 0.024, 0.02425, 0.3, 0.5, 0.7, 0.98, 0.999_999];
+    let d = dev();
+    let x = host(&inv_Phi(t1(&ps, &d)));
+    for (&p, &x) in ps.iter().zip(&x) {
+        // The fit's relative error 1.2e-9 in x moves Phi by about |x| phi(x) 1.2e-9 / Phi(x).
+        assert!((phi_ref(x) / p - 1.0).abs() < 2e-7, "Phi(inv_Phi({p})) = {} ", phi_ref(x));
+    }
+    let (_, g) = value_and_grad(t1(&ps, &d), inv_Phi).unwrap();
+    for ((&p, &x), &g) in ps.iter().zip(&x).zip(&host(&g)) {
+        assert!((g * normal_density(x) - 1.0).abs() < 1e-12, "d inv_Phi / dp at {p}: {g}");
+    }
+    let edges = host(&inv_Phi(t1(&[0.0, 1.0, -0.5, 1.5], &d)));
+    close("inv_Phi edges", &edges, &[f64::NEG_INFINITY, f64::INFINITY, f64::NAN, f64::NAN], 0.0, 0.0);
+}
+
+#[test]
+fn lgamma_digamma_and_beta_functions() {
+    let xs = [1e-3, 0.1, 0.5, 1.0, 2.0, 3.7, 10.0, 100.0, 1e4];
+    elementwise("lgamma", &xs, lgamma, lgamma_ref, 3e-9, false);
+    // Exact digamma and trigamma values: psi(n) = -gamma + H_(n-1), psi(n + 1/2) = -gamma -
+    // 2 ln 2 + sum_k 2 / (2k - 1), psi'(n) = pi^2/6 - sum_k<n 1/k^2, psi'(1/2) = pi^2/2.
+    let harmonic = |n: u32| (1..n).map(|k| 1.0 / f64::from(k)).sum::<f64>();
+    let mut points = vec![];
+    for n in [1u32, 2, 5, 30, 1000] {
+        let tri = PI * PI / 6.0 - (1..n).map(|k| 1.0 / f64::from(k * k)).sum::<f64>();
+        points.push((f64::from(n), -EULER + harmonic(n), tri));
+    }
+    for n in [0u32, 3, 20] {
+        let psi = -EULER - 2.0 * LN_2 + (1..=n).map(|k| 2.0 / f64::from(2 * k - 1)).sum::<f64>();
+        let tri = PI * PI / 2.0 - (1..=n).map(|k| 4.0 / f64::from((2 * k - 1) * (2 * k - 1))).sum::<f64>();
+        points.push((f64::from(n) + 0.5, psi, tri));
+    }
+    let x: Vec<f64> = points.iter().map(|p| p.0).collect();
+    let psi: Vec<f64> = points.iter().map(|p| p.1).collect();
+    let tri: Vec<f64> = points.iter().map(|p| p.2).collect();
+    let d = dev();
+    close("digamma", &host(&digamma(t1(&x, &d))), &psi, 2e-10, 1.0);
+    let (_, g) = value_and_grad(t1(&x, &d), lgamma).unwrap();
+    close("d lgamma / dx", &host(&g), &psi, 3e-9, 1.0);
+    let (_, g) = value_and_grad(t1(&x, &d), digamma).unwrap();
+    close("d digamma / dx", &host(&g), &tri, 1e-9, 1.0);
+    // lbeta at large and unbalanced arguments, lchoose at exact binomial coefficients.
+    let (a, b) = ([0.5, 3.0, 1e5, 1e-3, 40.0], [0.5, 7.5, 0.5, 2.0, 1e6]);
+    let want: Vec<f64> = a.iter().zip(&b).map(|(&a, &b)| lgamma_ref(a) + lgamma_ref(b) - lgamma_ref(a + b)).collect();
+    close("lbeta", &host(&lbeta(t1(&a, &d), t1(&b, &d))), &want, 1e-9, 1.0);
+    let (n, k) = ([10.0, 1000.0, 7.0, 50.0], [3.0, 500.0, 0.0, 50.0]);
+    let exact = [120f64.ln(), lchoose_ref(1000.0, 500.0), 0.0, 0.0];
+    close("lchoose", &host(&lchoose(t1(&n, &d), t1(&k, &d))), &exact, 1e-9, 1.0);
+    let p = [3.0, 7.5];
+    grad_check(
+        "lbeta",
+        &p,
+        |t| lbeta(t.clone().narrow(0, 0, 1), t.narrow(0, 1, 1)),
+        |p| lgamma_ref(p[0]) + lgamma_ref(p[1]) - lgamma_ref(p[0] + p[1]),
+        1e-6,
+    );
+}
+
+#[test]
+fn binary_log_loss_softmax_cumulative_sum_and_matrix_helpers() {
+    let d = dev();
+    let (y, yh) = ([0.0, 0.0, 1.0, 1.0, 1.0, 0.0], [0.0, 1e-10, 0.3, 1.0, 0.0, 1.0]);
+    let want = [0.0, -(-1e-10f64).ln_1p(), -(0.3f64).ln(), 0.0, f64::INFINITY, f64::INFINITY];
+    close("binary_log_loss", &host(&binary_log_loss(t1(&y, &d), t1(&yh, &d))), &want, 1e-14, 1e-300);
+    let x = [1000.0, 999.0, -5.0, 0.0, 0.0, 0.0];
+    let s = host(&softmax(t2(&x, 2, 3, &d), 1));
+    let z = 1.0 + (-1.0f64).exp() + (-1005.0f64).exp();
+    close("softmax", &s, &[1.0 / z, (-1.0f64).exp() / z, 0.0, 1.0 / 3.0, 1.0 / 3.0, 1.0 / 3.0], 1e-13, 1e-300);
+    close(
+        "cumulative_sum",
+        &host(&cumulative_sum(t2(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], 2, 3, &d), 1)),
+        &[1.0, 3.0, 6.0, 4.0, 9.0, 15.0],
+        1e-15,
+        1.0,
+    );
+    // quad_form_diag(Omega, tau) = diag(tau) Omega diag(tau), entry by entry.
+    let omega = [1.0, 0.3, 0.3, 1.0];
+    let tau = [2.0, 0.5];
+    let got = host(&quad_form_diag(t3(&omega, [1, 2, 2], &d), t2(&tau, 1, 2, &d)));
+    let want: Vec<f64> = (0..4).map(|e| tau[e / 2] * omega[e] * tau[e % 2]).collect();
+    close("quad_form_diag", &got, &want, 1e-15, 1.0);
+    let got = host(&diag_pre_multiply(t2(&tau, 1, 2, &d), t3(&omega, [1, 2, 2], &d)));
+    let want: Vec<f64> = (0..4).map(|e| tau[e / 2] * omega[e]).collect();
+    close("diag_pre_multiply", &got, &want, 1e-15, 1.0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Continuous distributions: densities against the Functions Reference's formulas, their
+// normalisation by quadrature, cdfs against quadrature in the bulk and closed forms in the tails.
+
+/// Library log-densities at `xs` (one distribution, scalar-free: parameters are `[1]` tensors).
+fn lpdf(dist: &impl LogProb<1>, xs: &[f64]) -> Vec<f64> {
+    host(&dist.log_prob(t1(xs, &dev())))
+}
+
+#[test]
+fn logistic_gumbel_and_their_cdfs() {
+    let d = dev();
+    let (mu, s) = (0.7, 1.9);
+    let logistic = Logistic::<1>::new(t1(&[mu], &d), t1(&[s], &d)).unwrap();
+    let xs = [-300.0, -20.0, -1.0, 0.7, 4.0, 60.0];
+    let want: Vec<f64> = xs
+        .iter()
+        .map(|&x| {
+            let z = (x - mu) / s;
+            -z - s.ln() - 2.0 * softplus_ref(-z)
+        })
+        .collect();
+    close("logistic_lpdf", &lpdf(&logistic, &xs), &want, 1e-13, 1.0);
+    let g = grid(-60.0, 60.0, 24_000);
+    assert!((trapezoid(&g, &lpdf(&logistic, &g)) - 1.0).abs() < 1e-8);
+    let lcdf = host(&logistic.lcdf(t1(&xs, &d)));
+    let lccdf = host(&logistic.lccdf(t1(&xs, &d)));
+    let cdf_ref = |x: f64| log_inv_logit_ref((x - mu) / s);
+    close("logistic_lcdf", &lcdf, &xs.map(cdf_ref), 1e-13, 1.0);
+    close("logistic_lccdf", &lccdf, &xs.map(|x| log_inv_logit_ref(-(x - mu) / s)), 1e-13, 1.0);
+    // The cdf as the integral of the library's density, in the bulk.
+    let to = grid(-60.0, 2.5, 12_500);
+    assert!((simpson(&to, &lpdf(&logistic, &to)).ln() - cdf_ref(2.5)).abs() < 1e-8);
+
+    let (mu, beta) = (-1.0, 2.5);
+    let gumbel = Gumbel::<1>::new(mu, beta).unwrap();
+    let xs = [-8.0, -3.0, 0.0, 5.0, 40.0, 200.0];
+    let want: Vec<f64> = xs
+        .iter()
+        .map(|&x| {
+            let z = (x - mu) / beta;
+            -beta.ln() - z - (-z).exp()
+        })
+        .collect();
+    close("gumbel_lpdf", &lpdf(&gumbel, &xs), &want, 1e-13, 1.0);
+    let g = grid(-12.0, 80.0, 40_000);
+    assert!((trapezoid(&g, &lpdf(&gumbel, &g)) - 1.0).abs() < 1e-8);
+    let lccdf_ref = |x: f64| (-(-(-(x - mu) / beta).exp()).exp_m1()).ln();
+    close("gumbel_lccdf", &host(&gumbel.lccdf(t1(&xs, &d))), &xs.map(lccdf_ref), 1e-12, 1.0);
+    close("gumbel_lcdf", &host(&gumbel.lcdf(t1(&xs, &d))), &xs.map(|x| -(-(x - mu) / beta).exp()), 1e-13, 1.0);
+    grad_check(
+        "gumbel_lccdf in mu, beta",
+        &[mu, beta],
+        |p| Gumbel::<1>::new(p.clone().narrow(0, 0, 1), p.narrow(0, 1, 1)).unwrap().lccdf(t1(&[40.0, 2.0], &dev())),
+        |p| [40.0, 2.0].iter().map(|&x| (-(-(-(x - p[0]) / p[1]).exp()).exp_m1()).ln()).sum(),
+        1e-6,
+    );
+}
+
+#[test]
+fn lognormal_and_weibull_cdfs_in_both_tails() {
+    let d = dev();
+    let (mu, sigma) = (0.3, 0.8);
+    let ln = LogNormal::<1>::new(mu, sigma).unwrap();
+    let xs = [1e-12, 0.01, 1.0, 3.0, 1e4, -1.0];
+    let z = |x: f64| (x.ln() - mu) / sigma;
+    let want_lcdf: Vec<f64> =
+        xs.iter().map(|&x| if x <= 0.0 { f64::NEG_INFINITY } else { ln_phi_ref(z(x)).0 }).collect();
+    let want_lccdf: Vec<f64> = xs.iter().map(|&x| if x <= 0.0 { 0.0 } else { ln_phi_ref(z(x)).1 }).collect();
+    close("lognormal_lcdf", &host(&ln.lcdf(t1(&xs, &d))), &want_lcdf, 3e-7, 1.0);
+    close("lognormal_lccdf", &host(&ln.lccdf(t1(&xs, &d))), &want_lccdf, 3e-7, 1.0);
+    let (alpha, s) = (1.7, 2.0);
+    let w = Weibull::<1>::new(alpha, s).unwrap();
+    let xs = [1e-9, 0.1, 2.0, 30.0, -1.0];
+    let p = |x: f64| (x / s).powf(alpha);
+    let want_lcdf: Vec<f64> =
+        xs.iter().map(|&x| if x <= 0.0 { f64::NEG_INFINITY } else { (-(-p(x)).exp_m1()).ln() }).collect();
+    let want_lccdf: Vec<f64> = xs.iter().map(|&x| if x <= 0.0 { 0.0 } else { -p(x) }).collect();
+    close("weibull_lcdf", &host(&w.lcdf(t1(&xs, &d))), &want_lcdf, 1e-12, 1.0);
+    close("weibull_lccdf", &host(&w.lccdf(t1(&xs, &d))), &want_lccdf, 1e-12, 1.0);
+    // The bulk against the library's own density by quadrature.
+    let to = grid(1e-12, 1.5, 30_000);
+    let lp = lpdf(&w, &to);
+    assert!((simpson(&to, &lp).ln() - host(&w.lcdf(t1(&[1.5], &d)))[0]).abs() < 1e-6);
+}
+
+#[test]
+fn frechet_pareto_skew_normal_exp_mod_normal_von_mises() {
+    let d = dev();
+    // Frechet(alpha, sigma): ln alpha - ln sigma - (1 + alpha) ln(x / sigma) - (x / sigma)^-alpha.
+    let (a, s) = (2.5, 1.5);
+    let fr = Frechet::<1>::new(t1(&[a], &d), t1(&[s], &d)).unwrap();
+    let xs = [0.2, 1.0, 4.0, 100.0, -1.0];
+    let want: Vec<f64> =
+        xs.iter()
+            .map(|&x| {
+                if x <= 0.0 { f64::NEG_INFINITY } else { a.ln() - s.ln() - (1.0 + a) * (x / s).ln() - (x / s).powf(-a) }
+            })
+            .collect();
+    close("frechet_lpdf", &lpdf(&fr, &xs), &want, 1e-13, 1.0);
+    let g = grid(1e-3, 400.0, 400_000);
+    assert!((trapezoid(&g, &lpdf(&fr, &g)) - 1.0).abs() < 1e-5);
+    close(
+        "frechet_lcdf",
+        &host(&fr.lcdf(t1(&xs[..4], &d))),
+        &xs[..4].iter().map(|&x| -(x / s).powf(-a)).collect::<Vec<_>>(),
+        1e-13,
+        1.0,
+    );
+    close(
+        "frechet_lccdf",
+        &host(&fr.lccdf(t1(&xs[..4], &d))),
+        &xs[..4].iter().map(|&x| (-(-(x / s).powf(-a)).exp_m1()).ln()).collect::<Vec<_>>(),
+        1e-12,
+        1.0,
+    );
+
+    // Pareto(y_min, alpha): ln alpha + alpha ln y_min - (alpha + 1) ln x on x >= y_min.
+    let (ym, al) = (2.0, 3.0);
+    let pa = Pareto::<1>::new(ym, al).unwrap();
+    let xs = [1.0, 2.0, 2.000_001, 10.0, 1e6];
+    let want: Vec<f64> = xs
+        .iter()
+        .map(|&x| if x < ym { f64::NEG_INFINITY } else { al.ln() + al * ym.ln() - (al + 1.0) * x.ln() })
+        .collect();
+    close("pareto_lpdf", &lpdf(&pa, &xs), &want, 1e-13, 1.0);
+    let lcdf: Vec<f64> =
+        xs.iter().map(|&x| if x <= ym { f64::NEG_INFINITY } else { (-(al * (ym / x).ln()).exp_m1()).ln() }).collect();
+    close("pareto_lcdf", &host(&pa.lcdf(t1(&xs, &d))), &lcdf, 1e-9, 1.0);
+    let lccdf: Vec<f64> = xs.iter().map(|&x| if x < ym { 0.0 } else { al * (ym / x).ln() }).collect();
+    close("pareto_lccdf", &host(&pa.lccdf(t1(&xs, &d))), &lccdf, 1e-13, 1.0);
+
+    // SkewNormal: 2 phi(z) Phi(alpha z) / omega, here through Phi's reference in log form.
+    let (xi, om, sk) = (0.5, 2.0, -4.0);
+    let sn = SkewNormal::<1>::new(xi, om, t1(&[sk], &d)).unwrap();
+    let xs = [-30.0, -2.0, 0.5, 3.0, 12.0];
+    let sn_ref = |x: f64, sk: f64| {
+        let z = (x - xi) / om;
+        LN_2 + normal_density(z).ln() - om.ln() + ln_phi_ref(sk * z).0
+    };
+    close("skew_normal_lpdf", &lpdf(&sn, &xs), &xs.map(|x| sn_ref(x, sk)), 3e-7, 1.0);
+    let g = grid(-20.0, 20.0, 40_000);
+    assert!((trapezoid(&g, &lpdf(&sn, &g)) - 1.0).abs() < 1e-6);
+    grad_check(
+        "skew_normal in alpha",
+        &[sk],
+        |p| SkewNormal::<1>::new(xi, om, p).unwrap().log_prob(t1(&xs, &dev())),
+        |p| xs.iter().map(|&x| sn_ref(x, p[0])).sum(),
+        1e-5,
+    );
+
+    // ExpModNormal: the Functions Reference's density, with erfc in log form.
+    let (mu, sg, la) = (1.0, 0.7, 2.0);
+    let emn = ExpModNormal::<1>::new(mu, sg, la).unwrap();
+    let xs = [-6.0, 0.0, 1.0, 3.0, 40.0];
+    let emn_ref = |x: f64| {
+        la.ln() - LN_2 + la * (mu + 0.5 * la * sg * sg - x) + ln_erfc_ref((mu + la * sg * sg - x) / (sg * 2f64.sqrt()))
+    };
+    close("exp_mod_normal_lpdf", &lpdf(&emn, &xs), &xs.map(emn_ref), 3e-7, 1.0);
+    let g = grid(-6.0, 30.0, 36_000);
+    assert!((trapezoid(&g, &lpdf(&emn, &g)) - 1.0).abs() < 1e-6);
+
+    // VonMises: ln I_0 by quadrature, scalar (host series) and tensor (fits) kappa.
+    let xs = [-PI, -1.0, 0.0, 2.0, 7.0];
+    for kappa in [0.0, 0.5, 3.0, 3.75, 20.0, 800.0] {
+        let want: Vec<f64> =
+            xs.iter().map(|&x| kappa * (x - 0.3f64).cos() - (2.0 * PI).ln() - ln_bessel_i0_ref(kappa)).collect();
+        close(
+            &format!("von_mises host kappa {kappa}"),
+            &lpdf(&VonMises::<1>::new(0.3, kappa).unwrap(), &xs),
+            &want,
+            1e-10,
+            1.0,
+        );
+        let tensor = VonMises::<1>::new(0.3, t1(&[kappa], &d)).unwrap();
+        close(&format!("von_mises tensor kappa {kappa}"), &lpdf(&tensor, &xs), &want, 3e-7, 1.0);
+    }
+    let g = grid(-PI, PI, 20_000);
+    assert!((trapezoid(&g, &lpdf(&VonMises::<1>::new(1.0, t1(&[7.0], &d)).unwrap(), &g)) - 1.0).abs() < 1e-6);
+
+    invalid(Logistic::<1>::new(0.0, -1.0), "Logistic", "sigma");
+    invalid(VonMises::<1>::new(0.0, -1.0), "VonMises", "kappa");
+    invalid(Pareto::<1>::new(0.0, 1.0), "Pareto", "y_min");
+    invalid(Frechet::<1>::new(f64::NAN, 1.0), "Frechet", "alpha");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Discrete distributions: mass functions summed over their support, against formulas.
+
+#[test]
+fn binomial_beta_binomial_and_neg_binomial_sum_to_one() {
+    let d = dev();
+    let n_trials = 12.0;
+    let ks: Vec<f64> = (0..=12).map(f64::from).collect();
+    for theta in [0.0, 1e-9, 0.3, 1.0 - 1e-9, 1.0] {
+        let lp = host(&Binomial::<1>::new(t1(&ks, &d), n_trials).unwrap().log_prob(t1(&[theta], &d)));
+        let total: f64 = lp.iter().map(|l| l.exp()).sum();
+        assert!((total - 1.0).abs() < 1e-12, "binomial at {theta}: sums to {total}");
+        let want: Vec<f64> = ks
+            .iter()
+            .map(|&k| {
+                let (a, b) = (
+                    if k > 0.0 { k * theta.ln() } else { 0.0 },
+                    if k < n_trials { (n_trials - k) * (1.0 - theta).ln() } else { 0.0 },
+                );
+                lchoose_ref(n_trials, k) + a + b
+            })
+            .collect();
+        close(&format!("binomial at {theta}"), &lp, &want, 1e-9, 1.0);
+    }
+    let outside = host(&Binomial::<1>::new(t1(&[1.0], &d), 3.0).unwrap().log_prob(t1(&[-0.1, 1.1, 0.0], &d)));
+    assert_eq!(outside, [f64::NEG_INFINITY; 3]);
+    grad_check(
+        "binomial in theta",
+        &[0.3],
+        |p| Binomial::<1>::new(t1(&[4.0, 0.0, 12.0], &dev()), 12.0).unwrap().log_prob(p),
+        |p| [4.0, 0.0, 12.0].iter().map(|&k| k * p[0].ln() + (12.0 - k) * (1.0 - p[0]).ln()).sum(),
+        1e-6,
+    );
+
+    for (a, b) in [(0.5, 0.5), (2.0, 30.0), (1e4, 3e4)] {
+        let bb = BetaBinomial::<1>::new(t1(&ks, &d), n_trials).unwrap();
+        let lp = host(&bb.log_prob(t1(&[a], &d), b).unwrap());
+        let total: f64 = lp.iter().map(|l| l.exp()).sum();
+        assert!((total - 1.0).abs() < 5e-9, "beta_binomial({a}, {b}) sums to {total}");
+        let lbeta_ref = |x: f64, y: f64| lgamma_ref(x) + lgamma_ref(y) - lgamma_ref(x + y);
+        let want: Vec<f64> = ks
+            .iter()
+            .map(|&k| lchoose_ref(n_trials, k) + lbeta_ref(k + a, n_trials - k + b) - lbeta_ref(a, b))
+            .collect();
+        close(&format!("beta_binomial({a}, {b})"), &lp, &want, 1e-8, 1.0);
+    }
+    grad_check(
+        "beta_binomial in alpha",
+        &[2.5],
+        |p| BetaBinomial::<1>::new(t1(&[3.0, 7.0], &dev()), 10.0).unwrap().log_prob(p, 4.0).unwrap(),
+        |p| {
+            [3.0, 7.0]
+                .iter()
+                .map(|&k| {
+                    lgamma_ref(k + p[0]) + lgamma_ref(10.0 - k + 4.0)
+                        - lgamma_ref(p[0] + 14.0)
+                        - lgamma_ref(p[0])
+                        - lgamma_ref(4.0)
+                        + lgamma_ref(p[0] + 4.0)
+                })
+                .sum()
+        },
+        1e-6,
+    );
+
+    // neg_binomial_2(mu, phi) summed over 0..2000.
+    let ks: Vec<f64> = (0..2000).map(f64::from).collect();
+    for (mu, phi) in [(3.0, 0.5), (40.0, 1e5)] {
+        let lp = host(&NegBinomial2::<1>::new(t1(&ks, &d)).unwrap().log_prob(t1(&[mu], &d), phi).unwrap());
+        let total: f64 = lp.iter().map(|l| l.exp()).sum();
+        assert!((total - 1.0).abs() < 1e-9, "neg_binomial_2({mu}, {phi}) sums to {total}");
+        let k = 5.0;
+        let want = lgamma_ref(k + phi) - lgamma_ref(k + 1.0) - lgamma_ref(phi)
+            + k * (mu / (mu + phi)).ln()
+            + phi * (phi / (mu + phi)).ln();
+        assert!((lp[5] - want).abs() < 1e-8 * (1.0 + want.abs()), "neg_binomial_2 at 5: {} vs {want}", lp[5]);
+    }
+    invalid(Binomial::<1>::new(t1(&[4.0], &d), 3.0), "Binomial", "counts");
+    invalid(BetaBinomial::<1>::new(t1(&[1.5], &d), 3.0), "BetaBinomial", "counts");
+}
+
+#[test]
+fn bernoulli_logit_poisson_log_and_categorical_logit() {
+    let d = dev();
+    let y = [1.0, 0.0, 1.0, 0.0];
+    let eta = [40.0, 40.0, -3.0, -800.0];
+    let got = host(&BernoulliLogit::<1>::new(t1(&y, &d)).unwrap().log_prob(t1(&eta, &d)));
+    let want: Vec<f64> = y
+        .iter()
+        .zip(&eta)
+        .map(|(&y, &e)| if y == 1.0 { log_inv_logit_ref(e) } else { log_inv_logit_ref(-e) })
+        .collect();
+    close("bernoulli_logit", &got, &want, 1e-14, 1e-300);
+    invalid(BernoulliLogit::<1>::new(t1(&[0.5], &d)), "BernoulliLogit", "y");
+
+    let ks = [0.0, 1.0, 7.0, 30.0];
+    let pl = PoissonLog::<1>::new(t1(&ks, &d)).unwrap();
+    let want: Vec<f64> = ks.iter().map(|&k| k * 1.5 - 1.5f64.exp() - lgamma_ref(k + 1.0)).collect();
+    close("poisson_log", &host(&pl.log_prob(t1(&[1.5], &d))), &want, 1e-12, 1.0);
+    let rate = host(&pl.log_prob_rate(t1(&[0.0], &d)));
+    assert!(rate[0].abs() < 1e-14, "{}", rate[0]);
+    assert!(rate[1..].iter().all(|v| *v == f64::NEG_INFINITY));
+    let k: Vec<f64> = (0..200).map(f64::from).collect();
+    let total: f64 =
+        host(&PoissonLog::<1>::new(t1(&k, &d)).unwrap().log_prob_rate(t1(&[17.0], &d))).iter().map(|l| l.exp()).sum();
+    assert!((total - 1.0).abs() < 1e-12);
+
+    // Two particles, three observations, K = 4: each row's probabilities sum to 1.
+    let beta: Vec<f64> = (0..24).map(|i| ((i * 37 % 11) as f64 - 5.0) * 0.7).collect();
+    let mut total = [0.0f64; 6];
+    for c in 0..4 {
+        let cl = CategoricalLogit::new(&[c, c, c], 4, &d).unwrap();
+        let lp = host(&cl.log_prob(t3(&beta, [2, 3, 4], &d)).unwrap());
+        for (t, l) in total.iter_mut().zip(&lp) {
+            *t += l.exp();
+        }
+        // Against log_softmax on the host for particle 1, observation 2.
+        let row = &beta[(3 + 2) * 4..(3 + 2) * 4 + 4];
+        let lse = row.iter().map(|v| v.exp()).sum::<f64>().ln();
+        assert!((lp[5] - (row[c] - lse)).abs() < 1e-13);
+    }
+    assert!(total.iter().all(|t| (t - 1.0).abs() < 1e-13), "{total:?}");
+    invalid(CategoricalLogit::new(&[4], 4, &d), "CategoricalLogit", "y");
+}
+
+#[test]
+fn ordered_logistic_and_probit_sum_to_one_in_the_tails() {
+    let d = dev();
+    let cuts = [-2.0, 0.5, 0.500_001, 3.0];
+    let k = 5;
+    let etas = [-40.0, -2.0, 0.5, 1.0, 40.0];
+    let cdf_logistic = |x: f64| log_inv_logit_ref(x).exp();
+    for (name, probit) in [("ordered_logistic", false), ("ordered_probit", true)] {
+        let cdf = |x: f64| if probit { phi_ref(x) } else { cdf_logistic(x) };
+        let mut total = vec![0.0; etas.len()];
+        for c in 0..k {
+            let y = vec![c; etas.len()];
+            let lp = if probit {
+                OrderedProbit::new(&y, k, &d).unwrap().log_prob(t2(&etas, 1, 5, &d), t2(&cuts, 1, 4, &d)).unwrap()
+            } else {
+                OrderedLogistic::new(&y, k, &d).unwrap().log_prob(t2(&etas, 1, 5, &d), t2(&cuts, 1, 4, &d)).unwrap()
+            };
+            let lp = host(&lp);
+            for (i, &eta) in etas.iter().enumerate() {
+                total[i] += lp[i].exp();
+                // P(y = c) = F(eta - c_{c-1}) - F(eta - c_c), by F's symmetry on the side where
+                // both terms are small; `cond` is the cancellation's amplification of F's error.
+                let (p, cond) = if c == 0 {
+                    (cdf(cuts[0] - eta), 1.0)
+                } else if c == k - 1 {
+                    (cdf(eta - cuts[k - 2]), 1.0)
+                } else {
+                    let (x, z) = (eta - cuts[c - 1], eta - cuts[c]);
+                    let (hi, lo) = if x + z > 0.0 { (cdf(-z), cdf(-x)) } else { (cdf(x), cdf(z)) };
+                    (hi - lo, (hi + lo) / (hi - lo))
+                };
+                if p > 1e-280 {
+                    let tol = if probit { 1e-6 } else { 1e-9 } * cond * (1.0 + p.ln().abs());
+                    assert!((lp[i] - p.ln()).abs() < tol, "{name} y={c} eta={eta}: {} vs {}", lp[i], p.ln());
+                }
+            }
+        }
+        assert!(total.iter().all(|t| (t - 1.0).abs() < 1e-6), "{name}: {total:?}");
+    }
+    // Disordered cut points: -inf, never NaN; a category out of range: an error naming y.
+    let lp = host(
+        &OrderedLogistic::new(&[1, 0], 3, &d)
+            .unwrap()
+            .log_prob(t2(&[0.0, 0.0], 1, 2, &d), t2(&[1.0, -1.0], 1, 2, &d))
+            .unwrap(),
+    );
+    assert_eq!(lp, [f64::NEG_INFINITY; 2]);
+    invalid(OrderedLogistic::new(&[3], 3, &d), "OrderedLogistic", "y");
+    invalid(OrderedProbit::new(&[0], 1, &d), "OrderedProbit", "k");
+    // Gradients in eta and the cut points.
+    let y = [0usize, 1, 2];
+    let p = [0.3, -1.0, 0.8];
+    let f_ref = |p: &[f64]| -> f64 {
+        let (eta, c) = (p[0], [p[1], p[2]]);
+        let f = |x: f64| 1.0 / (1.0 + (-x).exp());
+        [1.0 - f(eta - c[0]), f(eta - c[0]) - f(eta - c[1]), f(eta - c[1])].iter().map(|q| q.ln()).sum()
+    };
+    grad_check(
+        "ordered_logistic in eta and c",
+        &p,
+        |t| {
+            let eta = t.clone().narrow(0, 0, 1).reshape([1, 1]).expand([1, 3]);
+            let c = t.narrow(0, 1, 2).reshape([1, 2]);
+            OrderedLogistic::new(&y, 3, &dev()).unwrap().log_prob(eta, c).unwrap().reshape([3])
+        },
+        f_ref,
+        1e-6,
+    );
+}
+
+#[test]
+fn multinomial_and_multinomial_logit() {
+    let d = dev();
+    // All compositions of 4 into 3 parts: the probabilities sum to 1.
+    let mut rows = vec![];
+    for a in 0..=4 {
+        for b in 0..=4 - a {
+            rows.extend([f64::from(a), f64::from(b), f64::from(4 - a - b)]);
+        }
+    }
+    let m = rows.len() / 3;
+    let mult = Multinomial::new(t2(&rows, m, 3, &d)).unwrap();
+    let theta = [0.2, 0.5, 0.3];
+    let lp = host(&mult.log_prob(t3(&theta, [1, 1, 3], &d)).unwrap());
+    assert!((lp.iter().map(|l| l.exp()).sum::<f64>() - 1.0).abs() < 1e-13);
+    let want: Vec<f64> = rows
+        .chunks(3)
+        .map(|y| {
+            lgamma_ref(5.0) - y.iter().map(|&v| lgamma_ref(v + 1.0)).sum::<f64>()
+                + y.iter().zip(&theta).map(|(v, t)| v * t.ln()).sum::<f64>()
+        })
+        .collect();
+    close("multinomial", &lp, &want, 1e-9, 1.0);
+    let gamma: Vec<f64> = theta.iter().map(|t: &f64| t.ln() + 3.0).collect();
+    close("multinomial_logit", &host(&mult.log_prob_logit(t3(&gamma, [1, 1, 3], &d)).unwrap()), &want, 1e-9, 1.0);
+    // A zero probability: 0 under a zero count, -inf under a positive one.
+    let lp = host(
+        &Multinomial::new(t2(&[2.0, 0.0, 1.0, 1.0], 2, 2, &d))
+            .unwrap()
+            .log_prob(t3(&[1.0, 0.0], [1, 1, 2], &d))
+            .unwrap(),
+    );
+    assert!(lp[0].abs() < 1e-14 && lp[1] == f64::NEG_INFINITY, "{lp:?}");
+    invalid(Multinomial::new(t2(&[-1.0, 2.0], 1, 2, &d)), "Multinomial", "counts");
+}
+
+// ---------------------------------------------------------------------------------------------
+// GLMs, multivariate distributions.
+
+#[test]
+fn glms_match_their_elementwise_likelihoods() {
+    let d = dev();
+    let (n_obs, k) = (5, 3);
+    let x: Vec<f64> = (0..n_obs * k).map(|i| ((i * 7 % 5) as f64 - 2.0) * 0.6).collect();
+    let beta = [0.5, -1.0, 2.0, 0.1, 0.0, -0.3]; // two particles
+    let alpha = [0.25, -1.5];
+    let eta = |p: usize, i: usize| alpha[p] + (0..k).map(|j| x[i * k + j] * beta[p * k + j]).sum::<f64>();
+    let y01 = [1.0, 0.0, 0.0, 1.0, 1.0];
+    let got = host(
+        &BernoulliLogitGlm::new(t1(&y01, &d), t2(&x, n_obs, k, &d))
+            .unwrap()
+            .log_prob(t2(&alpha, 2, 1, &d), t2(&beta, 2, k, &d))
+            .unwrap(),
+    );
+    let want: Vec<f64> = (0..2 * n_obs)
+        .map(|e| {
+            let (p, i) = (e / n_obs, e % n_obs);
+            log_inv_logit_ref(if y01[i] == 1.0 { eta(p, i) } else { -eta(p, i) })
+        })
+        .collect();
+    close("bernoulli_logit_glm", &got, &want, 1e-13, 1.0);
+    let counts = [0.0, 3.0, 1.0, 8.0, 2.0];
+    let got = host(
+        &PoissonLogGlm::new(t1(&counts, &d), t2(&x, n_obs, k, &d))
+            .unwrap()
+            .log_prob(t2(&alpha, 2, 1, &d), t2(&beta, 2, k, &d))
+            .unwrap(),
+    );
+    let want: Vec<f64> = (0..2 * n_obs)
+        .map(|e| {
+            let (p, i) = (e / n_obs, e % n_obs);
+            counts[i] * eta(p, i) - eta(p, i).exp() - lgamma_ref(counts[i] + 1.0)
+        })
+        .collect();
+    close("poisson_log_glm", &got, &want, 1e-9, 1.0);
+    let yr = [0.3, -1.0, 2.0, 0.0, 5.0];
+    let sigma = [0.5, 2.0];
+    let got = host(
+        &NormalIdGlm::new(t1(&yr, &d), t2(&x, n_obs, k, &d))
+            .unwrap()
+            .log_prob(t2(&alpha, 2, 1, &d), t2(&beta, 2, k, &d), t2(&sigma, 2, 1, &d))
+            .unwrap(),
+    );
+    let want: Vec<f64> = (0..2 * n_obs)
+        .map(|e| {
+            let (p, i) = (e / n_obs, e % n_obs);
+            normal_density((yr[i] - eta(p, i)) / sigma[p]).ln() - sigma[p].ln()
+        })
+        .collect();
+    close("normal_id_glm", &got, &want, 1e-13, 1.0);
+    invalid(BernoulliLogitGlm::new(t1(&y01, &d), t2(&x[..12], 4, 3, &d)), "BernoulliLogitGlm", "x");
+    invalid(
+        NormalIdGlm::new(t1(&yr, &d), t2(&x, n_obs, k, &d)).unwrap().log_prob(0.0, t2(&beta, 2, k, &d), -1.0),
+        "NormalIdGlm",
+        "sigma",
+    );
+}
+
+#[test]
+fn multi_normal_and_multi_student_t_against_two_by_two_forms() {
+    let d = dev();
+    // Two particles' covariances; the second is not positive definite.
+    let sig = [2.0, 0.6, 0.6, 1.0, 1.0, 2.0, 2.0, 1.0];
+    let mu = [0.5, -1.0, 0.0, 0.0];
+    let y = [1.0, 0.5];
+    let (a, b, c) = (sig[0], sig[1], sig[3]);
+    let det = a * c - b * b;
+    let (r0, r1) = (y[0] - mu[0], y[1] - mu[1]);
+    let q = (c * r0 * r0 - 2.0 * b * r0 * r1 + a * r1 * r1) / det;
+    let mn = MultiNormal::new(Some(t2(&mu, 2, 2, &d)), t3(&sig, [2, 2, 2], &d)).unwrap();
+    let got = host(&mn.log_prob(t2(&y, 1, 2, &d)).unwrap());
+    close("multi_normal", &got, &[-(2.0 * PI).ln() - 0.5 * det.ln() - 0.5 * q, f64::NEG_INFINITY], 1e-13, 1.0);
+    for nu in [3.0, 1e6] {
+        let want = lgamma_ref((nu + 2.0) / 2.0)
+            - lgamma_ref(nu / 2.0)
+            - (nu * PI).ln()
+            - 0.5 * det.ln()
+            - (nu + 2.0) / 2.0 * (q / nu).ln_1p();
+        let st = MultiStudentT::new(nu, Some(t2(&mu, 2, 2, &d)), t3(&sig, [2, 2, 2], &d)).unwrap();
+        close(
+            &format!("multi_student_t nu {nu} (scalar)"),
+            &host(&st.log_prob(t2(&y, 1, 2, &d)).unwrap()),
+            &[want, f64::NEG_INFINITY],
+            1e-9,
+            1.0,
+        );
+        let st = MultiStudentT::new(t1(&[nu, nu], &d), Some(t2(&mu, 2, 2, &d)), t3(&sig, [2, 2, 2], &d)).unwrap();
+        close(
+            &format!("multi_student_t nu {nu} (tensor)"),
+            &host(&st.log_prob(t2(&y, 1, 2, &d)).unwrap()),
+            &[want, f64::NEG_INFINITY],
+            1e-8,
+            1.0,
+        );
+    }
+    invalid(MultiStudentT::new(-1.0, None, t3(&sig[..4], [1, 2, 2], &d)), "multi_student_t", "nu");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Index arrays and the linear scan.
+
+#[test]
+fn gather_by_index_array_and_its_scatter_add_gradient() {
+    let d = dev();
+    let (n, j) = (2, 4);
+    let theta: Vec<f64> = (0..n * j).map(|i| i as f64 * 1.5 - 2.0).collect();
+    let jj = [3usize, 0, 3, 1, 3];
+    let idx = IndexArray::new("jj", &jj, j, &d).unwrap();
+    let got = host(&gather(t2(&theta, n, j, &d), &idx).unwrap());
+    let want: Vec<f64> = (0..n * jj.len()).map(|e| theta[(e / jj.len()) * j + jj[e % jj.len()]]).collect();
+    close("gather", &got, &want, 0.0, 1.0);
+    // d/dtheta of sum_i w_i theta[jj_i]: each group collects the weights of its rows.
+    let w: Vec<f64> = (0..n * jj.len()).map(|i| 1.0 + i as f64).collect();
+    let wt = t2(&w, n, jj.len(), &d);
+    let (_, g) = parvi_model::grad::value_and_grad(t2(&theta, n, j, &d), |t| {
+        (gather(t, &idx).unwrap() * wt.clone()).sum_dim(1).reshape([n])
+    })
+    .unwrap();
+    let mut want = vec![0.0; n * j];
+    for (e, &wv) in w.iter().enumerate() {
+        want[(e / jj.len()) * j + jj[e % jj.len()]] += wv;
+    }
+    close("gather's gradient", &host(&g), &want, 0.0, 1.0);
+    let stan = IndexArray::from_stan("jj", &[4, 1, 4, 2, 4], j, &d).unwrap();
+    close(
+        "1-based",
+        &host(&gather(t2(&theta, n, j, &d), &stan).unwrap()),
+        &host(&gather(t2(&theta, n, j, &d), &idx).unwrap()),
+        0.0,
+        1.0,
+    );
+    invalid(IndexArray::new("jj", &[0, 4], j, &d), "index", "jj");
+    invalid(IndexArray::from_stan("jj", &[0], j, &d), "index", "jj");
+    invalid(gather(t2(&theta[..6], 2, 3, &d), &idx), "index", "jj");
+}
+
+/// `x_t = a_t x_{t-1} + b_t` on the host.
+fn recurrence(a: &[f64], b: &[f64]) -> Vec<f64> {
+    let mut x = 0.0;
+    b.iter()
+        .enumerate()
+        .map(|(t, &bt)| {
+            x = a[t.min(a.len() - 1)] * x + bt;
+            x
+        })
+        .collect()
+}
+
+#[test]
+fn linear_scan_matches_the_loop_with_constant_and_varying_coefficients() {
+    let d = dev();
+    for t in [1usize, 2, 3, 7, 8, 200] {
+        let b: Vec<f64> = (0..2 * t).map(|i| ((i * 13 % 7) as f64 - 3.0) * 0.4).collect();
+        // Constant coefficient per particle, [n, 1].
+        let a = [0.9, -0.5];
+        let got = host(&linear_scan(t2(&a, 2, 1, &d), t2(&b, 2, t, &d)).unwrap());
+        let want: Vec<f64> = (0..2).flat_map(|p| recurrence(&[a[p]], &b[p * t..(p + 1) * t])).collect();
+        close(&format!("scan constant T={t}"), &got, &want, 1e-12, 1.0);
+        // One coefficient per time point, [n, T].
+        let av: Vec<f64> = (0..2 * t).map(|i| 0.95 * ((i as f64) * 0.37).sin()).collect();
+        let got = host(&linear_scan(t2(&av, 2, t, &d), t2(&b, 2, t, &d)).unwrap());
+        let want: Vec<f64> = (0..2).flat_map(|p| recurrence(&av[p * t..(p + 1) * t], &b[p * t..(p + 1) * t])).collect();
+        close(&format!("scan varying T={t}"), &got, &want, 1e-12, 1.0);
+    }
+    // Gradients in the coefficients and the inputs, T = 9.
+    let t = 9;
+    let p: Vec<f64> =
+        (0..2 * t).map(|i| if i < t { 0.8 - 0.05 * i as f64 } else { ((i * 5 % 3) as f64) - 1.0 }).collect();
+    grad_check(
+        "linear_scan",
+        &p,
+        |v| {
+            let a = v.clone().narrow(0, 0, t).reshape([1, t]);
+            let b = v.narrow(0, t, t).reshape([1, t]);
+            let x = linear_scan(a, b).unwrap();
+            (x.clone() * x).reshape([t])
+        },
+        |p| recurrence(&p[..t], &p[t..]).iter().map(|x| x * x).sum(),
+        1e-6,
+    );
+    invalid(linear_scan(t2(&[0.5, 0.5], 1, 2, &d), t2(&[1.0, 2.0, 3.0], 1, 3, &d)), "linear_scan", "a");
+}
