@@ -18,13 +18,19 @@ use serde::Serialize;
 use super::method::{method_config, parse_options};
 use super::write_atomic;
 
+/// The yardstick NUTS (parvi-bench's nuts-rs reference) by its `--method` name; `nuts` is the
+/// library's batched NUTS (`parvi_infer::engines::nuts`).
+pub const NUTS_RS: &str = "nuts-rs";
+
 #[derive(Args, Debug)]
 pub struct PosteriorDbArgs {
     /// Posterior(s), comma-separated: a folder of the suite (any data set of a known model), a
     /// posterior's name or alias, or `all` (every folder holding a `posterior.json`).
     #[arg(long, default_value = "all")]
     pub posterior: String,
-    /// Method(s), comma-separated, `nuts` for parvi's NUTS, or `all` (every engine and NUTS).
+    /// Method(s), comma-separated: any `--method` of `parvi fit` (`nuts` among them), `nuts-rs` for
+    /// the yardstick NUTS (nuts-rs, one chain at a time, one position per gradient), or `all`
+    /// (every method and nuts-rs).
     #[arg(long, default_value = "all")]
     pub method: String,
     /// The suite's folder (the one holding the posterior folders) [default:
@@ -72,7 +78,7 @@ pub struct PosteriorDbArgs {
     /// A method option (applies to every method run; repeatable).
     #[arg(long)]
     pub opt: Vec<String>,
-    /// NUTS warm-up and kept draws.
+    /// nuts-rs's warm-up and kept draws.
     #[arg(long, default_value_t = 1000)]
     pub nuts_tune: u64,
     #[arg(long, default_value_t = 2000)]
@@ -137,7 +143,7 @@ pub fn run(args: PosteriorDbArgs) -> Result<()> {
             .collect::<Result<_>>()?
     };
     let methods: Vec<String> = if args.method == "all" {
-        MethodConfig::NAMES.iter().map(|m| m.to_string()).chain(["nuts".to_string()]).collect()
+        MethodConfig::NAMES.iter().map(|m| m.to_string()).chain([NUTS_RS.to_string()]).collect()
     } else {
         args.method.split(',').map(|m| m.trim().to_string()).collect()
     };
@@ -151,7 +157,7 @@ pub fn run(args: PosteriorDbArgs) -> Result<()> {
         );
     }
     let options = parse_options(&args.opt)?;
-    for m in methods.iter().filter(|m| *m != "nuts") {
+    for m in methods.iter().filter(|m| *m != NUTS_RS) {
         method_config(m, &options)?;
     }
     let backend: BackendKind = args.backend.parse()?;
@@ -296,7 +302,7 @@ fn run_one(
 ) -> Result<PosteriorDbRow> {
     let started = Instant::now();
     let mut diagnostics = None;
-    let (reported, weights, score_evals) = if method == "nuts" {
+    let (reported, weights, score_evals) = if method == NUTS_RS {
         let dim = model.dim();
         let nuts = NutsConfig { tune: args.nuts_tune, draws: args.nuts_draws, seed: args.seed };
         // From the origin of the unconstrained space; where NUTS cannot start there (accel_gp:

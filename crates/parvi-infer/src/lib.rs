@@ -8,7 +8,7 @@
 //! - [`engines`]: the methods, by family, each a small module on the core and the kernels.
 //! - [`registry`]: every engine's config by method name ([`MethodConfig`]), as a user writes it
 //!   in Rust or TOML, built into a boxed [`Engine`].
-//! - [`evaluation`]: KSD, MMD, ESS, R-hat, traces and the stationarity check.
+//! - [`evaluation`]: KSD, MMD, ESS, R-hat, traces, the stationarity check and PSIS-LOO.
 //! - [`mod@fit`]: the default path from a model to a posterior for any engine (Laplace
 //!   preconditioning, initialisation, the run, the draws back in the model's coordinates).
 
@@ -33,9 +33,9 @@ pub use engines::EngineConfig;
 pub use engines::{
     AdversarialConfig, AdversarialInduced, AnnealedConfig, AnnealedGfSvgd, AnnealedSvgd, AuxDensity,
     ControlFunctionalConfig, CurveFit, CurveFitKind, EmbeddingSource, GfSvgd, GfSvgdConfig, InducedConfig,
-    MeanEmbedding, MkSvgd, MkSvgdConfig, MmdFw, MmdFwConfig, NoiseCovariance, Pathfinder, PathfinderConfig,
-    PathfinderFit, RandomInduced, RandomSubset, Sgld, SgldConfig, SteinPoints, SteinPointsConfig, StepRule,
-    SubsetConfig, Svgd, TemperatureSchedule,
+    MeanEmbedding, MkSvgd, MkSvgdConfig, MmdFw, MmdFwConfig, NoiseCovariance, Nuts, NutsConfig, Pathfinder,
+    PathfinderConfig, PathfinderFit, RandomInduced, RandomSubset, Sgld, SgldConfig, SteinPoints, SteinPointsConfig,
+    StepRule, SubsetConfig, Svgd, TemperatureSchedule,
 };
 pub use error::InferError;
 pub use evaluation::{Trace, TraceConfig};

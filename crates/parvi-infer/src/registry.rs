@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::engines::{
     AdversarialConfig, AnnealedConfig, AnnealedSvgdConfig, ControlFunctionalConfig, EngineConfig, EnsembleConfig,
-    FunctionSpaceConfig, GfSvgdConfig, InducedConfig, MkSvgdConfig, MmdFwConfig, PathfinderConfig, RepulsiveSgldConfig,
-    SgldConfig, SteinPointsConfig, SubsetConfig, SvgdConfig,
+    FunctionSpaceConfig, GfSvgdConfig, InducedConfig, MkSvgdConfig, MmdFwConfig, NutsConfig, PathfinderConfig,
+    RepulsiveSgldConfig, SgldConfig, SteinPointsConfig, SubsetConfig, SvgdConfig,
 };
 use crate::{AdapterConfig, Engine, InferError, KernelConfig};
 
@@ -84,6 +84,7 @@ registry! {
     "svgd-induced" => SvgdInduced(InducedConfig), "SVGD through random induced points (Kang).";
     "pathfinder" => Pathfinder(PathfinderConfig), "Multi-path Pathfinder: L-BFGS normal approximations and Pareto-smoothed importance resampling (Zhang et al. 2022).";
     "svgd-adversarial" => SvgdAdversarial(AdversarialConfig), "SVGD through adversarially placed induced points (Kang).";
+    "nuts" => Nuts(NutsConfig), "The No-U-Turn sampler as Stan runs it (multinomial, diagonal metric, Stan's warm-up), all chains in lockstep (Hoffman & Gelman 2014; Betancourt 2017).";
 }
 
 /// Everything that builds an engine: the method with its options, and the kernel and step-size

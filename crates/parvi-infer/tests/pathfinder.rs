@@ -7,7 +7,8 @@
 mod common;
 
 use common::{Funnel, flex};
-use parvi_infer::engines::pathfinder::{MAX_PARETO_K, gpd_fit, pathfinder, psis};
+use parvi_infer::engines::pathfinder::{MAX_PARETO_K, pathfinder};
+use parvi_infer::evaluation::{gpd_fit, psis};
 use parvi_infer::{EngineRng, PathfinderConfig};
 use parvi_model::burn::tensor::{Device, Tensor};
 use parvi_model::{LogDensity, Minibatch};

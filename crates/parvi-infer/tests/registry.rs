@@ -13,7 +13,7 @@ use parvi_infer::{
 
 #[test]
 fn every_method_builds_from_its_default_config_under_its_own_name() {
-    assert_eq!(MethodConfig::NAMES.len(), 16);
+    assert_eq!(MethodConfig::NAMES.len(), 17);
     for &name in MethodConfig::NAMES {
         let config = MethodConfig::default_for(name).unwrap();
         assert_eq!(config.name(), name);

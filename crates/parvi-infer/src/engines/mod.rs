@@ -8,6 +8,7 @@ mod function_space;
 mod gradient_free;
 mod greedy;
 mod mk_svgd;
+pub mod nuts;
 pub mod pathfinder;
 mod sgld;
 mod speedup;
@@ -24,6 +25,7 @@ pub use mk_svgd::{
     DEFAULT_LOG2_MAX, DEFAULT_LOG2_MIN, MkSvgd, MkSvgdConfig, describe_papers_grid, kernel_weights,
     rbf_bandwidth_of_papers_h,
 };
+pub use nuts::{ChainReport, Nuts, NutsConfig, NutsInit, NutsRun, nuts};
 pub use pathfinder::{Pathfinder, PathfinderConfig, PathfinderFit};
 pub use sgld::{NoiseCovariance, RepulsiveSgldConfig, Sgld, SgldConfig, batched_repulsion};
 pub use speedup::*;

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::engines::EngineConfig;
 use crate::error::require_positive;
+use crate::evaluation::psis;
 use crate::{AdapterConfig, Engine, EngineRng, EngineState, InferError, KernelConfig, Particles, StepContext};
 
 /// Pareto k-hat above which importance weights (and so the approximation) are unreliable
@@ -866,94 +867,6 @@ fn weighted_moments(draws: &[f64], log_weights: &[f64], d: usize) -> (Vec<f64>, 
         }
     }
     (mean, cov)
-}
-
-/// Pareto-smoothed importance sampling (Vehtari, Simpson, Gelman, Yao & Gabry 2024; ArviZ's
-/// `psislw`): replaces the largest `M = ceil(min(0.2 S, 3 sqrt(S)))` log weights by the
-/// expected order statistics of a generalized Pareto distribution fitted to them (Zhang &
-/// Stephens 2009), truncated at the largest raw weight, and normalises (`logsumexp = 0`).
-/// Returns the fitted shape k-hat (`inf` when the tail is too short to fit; `-inf` when every
-/// weight is equal).
-pub fn psis(log_weights: &mut [f64]) -> f64 {
-    let s = log_weights.len();
-    if s == 0 {
-        return f64::NAN;
-    }
-    let max = log_weights.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    if !max.is_finite() {
-        return f64::INFINITY;
-    }
-    log_weights.iter_mut().for_each(|v| *v -= max);
-    let mut order: Vec<usize> = (0..s).collect();
-    order.sort_by(|&a, &b| log_weights[a].total_cmp(&log_weights[b]));
-    let tail_len = (0.2 * s as f64).min(3.0 * (s as f64).sqrt()).ceil() as usize;
-    let k = if tail_len >= s {
-        f64::INFINITY
-    } else {
-        let cutoff = log_weights[order[s - tail_len - 1]].max(f64::MIN_POSITIVE.ln());
-        let tail: Vec<usize> = order.iter().copied().filter(|&i| log_weights[i] > cutoff).collect();
-        if tail.is_empty() {
-            // Every weight in the tail equals the cutoff: equal weights, nothing to smooth.
-            f64::NEG_INFINITY
-        } else if tail.len() <= 4 {
-            f64::INFINITY
-        } else {
-            let exp_cut = cutoff.exp();
-            let x: Vec<f64> = tail.iter().map(|&i| log_weights[i].exp() - exp_cut).collect();
-            let (k, sigma) = gpd_fit(&x);
-            if k.is_finite() && sigma > 0.0 {
-                let n = tail.len();
-                for (r, &i) in tail.iter().enumerate() {
-                    let p = (r as f64 + 0.5) / n as f64;
-                    let q = if k.abs() < f64::EPSILON { -(-p).ln_1p() } else { ((-k) * (-p).ln_1p()).exp_m1() / k };
-                    log_weights[i] = (sigma * q + exp_cut).ln().min(0.0);
-                }
-            }
-            k
-        }
-    };
-    let lse = log_sum_exp(log_weights);
-    log_weights.iter_mut().for_each(|v| *v -= lse);
-    k
-}
-
-fn log_sum_exp(v: &[f64]) -> f64 {
-    let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    if !max.is_finite() {
-        return max;
-    }
-    max + v.iter().map(|x| (x - max).exp()).sum::<f64>().ln()
-}
-
-/// Zhang & Stephens' (2009) empirical-Bayes fit of a generalized Pareto distribution to the
-/// exceedances `x` (sorted ascending, positive), with ArviZ's weakly informative prior on the
-/// shape (Vehtari et al. 2024, appendix): returns `(k, sigma)`.
-pub fn gpd_fit(x: &[f64]) -> (f64, f64) {
-    let n = x.len();
-    let prior_bs = 3.0;
-    let prior_k = 10.0;
-    let m = 30 + (n as f64).sqrt() as usize;
-    let quartile = x[((n as f64 / 4.0 + 0.5) as usize).max(1) - 1];
-    let last = x[n - 1];
-    let b: Vec<f64> =
-        (1..=m).map(|j| (1.0 - (m as f64 / (j as f64 - 0.5)).sqrt()) / (prior_bs * quartile) + 1.0 / last).collect();
-    let k_of = |bj: f64| x.iter().map(|xi| (-bj * xi).ln_1p()).sum::<f64>() / n as f64;
-    let ks: Vec<f64> = b.iter().map(|&bj| k_of(bj)).collect();
-    let len_scale: Vec<f64> = b.iter().zip(&ks).map(|(bj, kj)| n as f64 * ((-bj / kj).ln() - kj - 1.0)).collect();
-    let mut weights: Vec<f64> =
-        (0..m).map(|i| 1.0 / len_scale.iter().map(|l| (l - len_scale[i]).exp()).sum::<f64>()).collect();
-    for w in weights.iter_mut() {
-        // Negligible (or NaN) weights are dropped, as ArviZ's.
-        if w.is_nan() || *w < 10.0 * f64::EPSILON {
-            *w = 0.0;
-        }
-    }
-    let total: f64 = weights.iter().sum();
-    let b_post: f64 = b.iter().zip(&weights).map(|(bj, w)| bj * w / total).sum();
-    let k_post = k_of(b_post);
-    let sigma = -k_post / b_post;
-    let k_post = (n as f64 * k_post + prior_k * 0.5) / (n as f64 + prior_k);
-    (k_post, sigma)
 }
 
 /// Pathfinder as an engine: its first step runs the whole method and puts `n` importance-

@@ -1,10 +1,12 @@
 //! Evaluation of a particle set or a trace: kernel Stein discrepancy and MMD, effective sample
 //! size and split R-hat, the traces they are computed from, and the stationarity check (do MALA
 //! chains started at the particles leave their moments where they are?), and the polish step
-//! that continues those chains until they have mixed; and the `stansummary`-style summary of draws.
+//! that continues those chains until they have mixed; the `stansummary`-style summary of draws;
+//! and Pareto-smoothed importance sampling with PSIS-LOO cross-validation (`loo.rs`).
 
 mod auto_mala;
 mod diagnostics;
+mod loo;
 mod metrics;
 mod polish;
 mod stationarity;
@@ -12,6 +14,10 @@ mod summary;
 mod trace;
 
 pub use diagnostics::{TraceDiagnostics, TraceView, bulk_ess, ess, split_rhat};
+pub use loo::{
+    Loo, LooCompare, LooCompareRow, LooPoint, Truncation, gpd_fit, k_threshold, log_sum_exp, loo, loo_compare,
+    loo_with, psis, psis_smooth,
+};
 pub use metrics::{Statistic, ksd_squared, mmd_squared, weighted_mmd_squared};
 pub use polish::{
     MAX_KEPT, PROBE_STEPS, Polish, PolishConfig, PolishKernel, PolishWhen, Polished, STUCK_ACCEPTANCE, STUCK_SHARE,

@@ -1,0 +1,980 @@
+//! The No-U-Turn sampler as Stan runs it, on many chains in lockstep: multinomial NUTS
+//! (Betancourt 2017, "A Conceptual Introduction to Hamiltonian Monte Carlo", Sec. A.3-A.4; Stan's
+//! `base_nuts`) with biased progressive sampling between subtrees, uniform progressive sampling
+//! within them, and the generalized no-U-turn criterion checked across every merged pair of
+//! subtrees and their neighbours (Stan 2.26's extra checks); a diagonal metric; Stan's warm-up.
+//!
+//! Every chain builds its own tree, but all chains take their leapfrog steps together: one
+//! batched `log_prob` and score of the model on `[chains, dim]` per step, the tree bookkeeping on
+//! the host in `f64` per chain (small vectors). A chain whose tree is finished waits, its row
+//! held at its current draw, until every chain's tree is done; the recursion of Stan's
+//! `build_tree` is unrolled into a stack of completed subtrees, merged as a binary counter
+//! carries, so each chain advances one leaf per batched call.
+//!
+//! Warm-up (Stan's `adapt_diag_e_nuts`): the step size by dual averaging (Hoffman & Gelman 2014,
+//! Sec. 3.2.1, eqs. 5-6, with `gamma = 0.05`, `t0 = 10`, `kappa = 0.75`, `mu = log(10 eps)`,
+//! target acceptance 0.8), the inverse metric from the draws' variances in windows (75 draws of
+//! initial buffer, windows of 25, 50, 100, ... doubling, 50 of terminal buffer; shrunk to 15% /
+//! 75% / 10% for short warm-ups), each estimate regularised towards `1e-3` as Stan:
+//! `(n / (n + 5)) var + 1e-3 (5 / (n + 5))`, after which the step size is searched again and dual
+//! averaging restarts. Each chain adapts on its own, as Stan's chains do.
+//!
+//! Inits: the run's particles ([`NutsInit::Particles`]: a caller's own inits), else Stan's
+//! default, uniform(-2, 2) in every coordinate of the space the engine samples (the model's
+//! unconstrained space; under `fit`'s preconditioning, its whitened coordinates), up to 100 tries
+//! per chain for a finite density and gradient.
+
+use std::time::Instant;
+
+use burn::tensor::Device;
+use parvi_model::tensor_ops::{matrix_from_vec, to_vec_f32};
+use parvi_model::{LogDensity, score};
+use serde::{Deserialize, Serialize};
+
+use crate::engines::EngineConfig;
+use crate::evaluation::{bulk_ess, split_rhat};
+use crate::{AdapterConfig, Engine, EngineRng, EngineState, InferError, KernelConfig, Particles, StepContext};
+
+/// Energy error above which a leapfrog step is a divergence (Stan's `max_deltaH`).
+pub const MAX_ENERGY_ERROR: f64 = 1000.0;
+
+/// E-BFMI below which Stan warns that the momentum resampling explores the energy poorly.
+pub const MIN_E_BFMI: f64 = 0.3;
+
+/// Where the chains start.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NutsInit {
+    /// Stan's default: uniform(-r, r) in every coordinate, `r = init-radius` (2), redrawn up to
+    /// 100 times until the density and its gradient are finite.
+    #[default]
+    Uniform,
+    /// The run's first `chains` particles: the caller's own inits (given to
+    /// [`crate::Runner::new`]), or `fit`'s initial particles.
+    Particles,
+}
+
+/// Options of `nuts`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct NutsConfig {
+    /// Chains, all advanced together.
+    pub chains: usize,
+    /// Warm-up iterations per chain (adaptation; not kept).
+    pub warmup: usize,
+    /// Kept draws per chain.
+    pub draws: usize,
+    /// Largest tree depth (at most `2^max-depth - 1` leapfrog steps per draw).
+    pub max_depth: usize,
+    /// Target mean acceptance statistic of the step-size adaptation, in (0, 1).
+    pub target_accept: f64,
+    /// Where the chains start.
+    pub init: NutsInit,
+    /// Half-width of the uniform inits.
+    pub init_radius: f64,
+}
+
+impl Default for NutsConfig {
+    fn default() -> Self {
+        Self {
+            chains: 4,
+            warmup: 1000,
+            draws: 1000,
+            max_depth: 10,
+            target_accept: 0.8,
+            init: NutsInit::Uniform,
+            init_radius: 2.0,
+        }
+    }
+}
+
+impl NutsConfig {
+    /// An error names the option out of range.
+    pub fn validate(&self) -> Result<(), InferError> {
+        if self.chains == 0 {
+            return Err(InferError::setting("chains", "need at least one chain, got 0"));
+        }
+        if self.draws < 4 {
+            return Err(InferError::setting("draws", format!("need at least 4 draws per chain, got {}", self.draws)));
+        }
+        if !(1..=30).contains(&self.max_depth) {
+            return Err(InferError::setting("max-depth", format!("must be between 1 and 30, got {}", self.max_depth)));
+        }
+        if !(self.target_accept > 0.0 && self.target_accept < 1.0) {
+            return Err(InferError::setting("target-accept", format!("must be in (0, 1), got {}", self.target_accept)));
+        }
+        if !(self.init_radius >= 0.0 && self.init_radius.is_finite()) {
+            return Err(InferError::setting(
+                "init-radius",
+                format!("must be finite and >= 0, got {}", self.init_radius),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One chain's account of a run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChainReport {
+    /// The step size after warm-up.
+    pub step_size: f64,
+    /// The inverse metric (diagonal) after warm-up.
+    pub inv_metric: Vec<f64>,
+    /// Kept draws that ended with a divergence.
+    pub divergences: usize,
+    /// Kept draws whose tree reached `max-depth`.
+    pub max_depth_hits: usize,
+    /// Mean tree depth of the kept draws.
+    pub mean_tree_depth: f64,
+    /// Mean acceptance statistic of the kept draws.
+    pub mean_accept_stat: f64,
+    /// Energy Bayesian fraction of missing information of the kept draws (Betancourt 2016).
+    pub e_bfmi: f64,
+    /// Gradient evaluations of this chain (warm-up, step-size searches and kept draws).
+    pub gradients: usize,
+}
+
+/// What [`nuts`] returns: the kept draws and each chain's account.
+#[derive(Clone, Debug)]
+pub struct NutsRun {
+    /// Dimension of a draw.
+    pub dim: usize,
+    /// Chains.
+    pub chains: usize,
+    /// Kept draws per chain.
+    pub draws_per_chain: usize,
+    /// The draws, snapshot-major: draw `s` of chain `c` in row `s * chains + c` (`dim` values).
+    pub draws: Vec<f64>,
+    /// The log density at each draw, in the same order.
+    pub log_prob: Vec<f64>,
+    /// Per chain.
+    pub chain_reports: Vec<ChainReport>,
+    /// Batched model calls (`[chains, dim]` each, with gradient).
+    pub batched_calls: usize,
+    /// Seconds of the whole run, and of the batched model calls alone.
+    pub seconds: f64,
+    /// Seconds inside the batched model calls.
+    pub model_seconds: f64,
+    /// Stan's warnings: divergences, tree depth, E-BFMI.
+    pub warnings: Vec<String>,
+}
+
+impl NutsRun {
+    /// Chain-gradient evaluations over all chains.
+    pub fn gradients(&self) -> usize {
+        self.chain_reports.iter().map(|c| c.gradients).sum()
+    }
+
+    /// Split R-hat and bulk ESS of each coordinate.
+    pub fn convergence(&self) -> (Vec<f64>, Vec<f64>) {
+        let (m, n, d) = (self.chains, self.draws_per_chain, self.dim);
+        (0..d)
+            .map(|j| {
+                let series: Vec<Vec<f64>> =
+                    (0..m).map(|c| (0..n).map(|s| self.draws[(s * m + c) * d + j]).collect()).collect();
+                (split_rhat(&series), bulk_ess(&series))
+            })
+            .unzip()
+    }
+
+    /// The report as JSON: per chain, totals, R-hat and ESS extremes, warnings.
+    pub fn summary(&self) -> serde_json::Value {
+        let (rhat, ess) = self.convergence();
+        let max_rhat = rhat.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let min_ess = ess.iter().copied().fold(f64::INFINITY, f64::min);
+        serde_json::json!({
+            "chains": self.chains,
+            "draws_per_chain": self.draws_per_chain,
+            "chain_reports": self.chain_reports,
+            "gradients": self.gradients(),
+            "batched_calls": self.batched_calls,
+            "seconds": self.seconds,
+            "model_seconds": self.model_seconds,
+            "ms_per_batched_call": 1e3 * self.model_seconds / self.batched_calls.max(1) as f64,
+            "ms_per_gradient": 1e3 * self.seconds / self.gradients().max(1) as f64,
+            "max_rhat": max_rhat,
+            "min_ess": min_ess,
+            "warnings": self.warnings,
+        })
+    }
+}
+
+/// A point in phase space.
+#[derive(Clone, Debug)]
+struct Point {
+    q: Vec<f64>,
+    p: Vec<f64>,
+    grad: Vec<f64>,
+    log_prob: f64,
+}
+
+/// A completed subtree (or a leaf): what merging needs. `beg` is its end nearest the tree it
+/// grows from, `end` the far end.
+struct Sub {
+    leaves: usize,
+    log_w: f64,
+    rho: Vec<f64>,
+    p_beg: Vec<f64>,
+    p_end: Vec<f64>,
+    sharp_beg: Vec<f64>,
+    sharp_end: Vec<f64>,
+    proposal: Point,
+}
+
+/// One chain's trajectory in the making.
+struct Tree {
+    /// Ends: index 0 the backward (left) end, 1 the forward (right) end.
+    ends: [Point; 2],
+    sharp: [Vec<f64>; 2],
+    rho: Vec<f64>,
+    log_w: f64,
+    sample: Point,
+    h0: f64,
+    depth: usize,
+    /// The subtree being built: direction (+1 forward), leaves wanted, leaves built, the last
+    /// leaf, completed subtrees (a binary counter).
+    dir: f64,
+    wanted: usize,
+    built: usize,
+    frontier: Point,
+    stack: Vec<Sub>,
+    done: bool,
+    divergent: bool,
+    leapfrogs: usize,
+    sum_metro: f64,
+}
+
+/// The generalized no-U-turn criterion (Betancourt 2017, eq. in Sec. A.4.2; Stan's
+/// `compute_criterion`): the trajectory keeps going while both ends' velocities `p#` point
+/// along the summed momentum `rho`.
+fn no_u_turn(sharp_minus: &[f64], sharp_plus: &[f64], rho: &[f64]) -> bool {
+    dot(sharp_plus, rho) > 0.0 && dot(sharp_minus, rho) > 0.0
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+fn add(a: &[f64], b: &[f64]) -> Vec<f64> {
+    a.iter().zip(b).map(|(x, y)| x + y).collect()
+}
+
+fn log_add(a: f64, b: f64) -> f64 {
+    let m = a.max(b);
+    if m == f64::NEG_INFINITY { m } else { m + ((a - m).exp() + (b - m).exp()).ln() }
+}
+
+/// Dual averaging of the step size (Hoffman & Gelman 2014, eqs. 5-6; Stan's
+/// `stepsize_adaptation`).
+#[derive(Clone, Debug)]
+struct DualAveraging {
+    mu: f64,
+    s_bar: f64,
+    x_bar: f64,
+    counter: f64,
+    delta: f64,
+}
+
+impl DualAveraging {
+    const GAMMA: f64 = 0.05;
+    const T0: f64 = 10.0;
+    const KAPPA: f64 = 0.75;
+
+    fn restart(&mut self) {
+        self.counter = 0.0;
+        self.s_bar = 0.0;
+        self.x_bar = 0.0;
+    }
+
+    /// The new step size after a transition with acceptance statistic `accept`.
+    fn learn(&mut self, accept: f64) -> f64 {
+        self.counter += 1.0;
+        let accept = accept.min(1.0);
+        let eta = 1.0 / (self.counter + Self::T0);
+        self.s_bar = (1.0 - eta) * self.s_bar + eta * (self.delta - accept);
+        let x = self.mu - self.s_bar * self.counter.sqrt() / Self::GAMMA;
+        let x_eta = self.counter.powf(-Self::KAPPA);
+        self.x_bar = (1.0 - x_eta) * self.x_bar + x_eta * x;
+        x.exp()
+    }
+}
+
+/// Stan's windowed adaptation schedule (`windowed_adaptation`).
+#[derive(Clone, Debug)]
+struct Windows {
+    warmup: usize,
+    init_buffer: usize,
+    term_buffer: usize,
+    window_size: usize,
+    next_window: usize,
+    counter: usize,
+}
+
+impl Windows {
+    fn new(warmup: usize) -> Self {
+        let (mut init_buffer, mut term_buffer, mut base) = (75, 50, 25);
+        if warmup >= 20 && init_buffer + base + term_buffer > warmup {
+            // Stan: 15% initial buffer, 10% terminal buffer, the rest one window.
+            init_buffer = (0.15 * warmup as f64) as usize;
+            term_buffer = (0.1 * warmup as f64) as usize;
+            base = warmup - (init_buffer + term_buffer);
+        }
+        Self { warmup, init_buffer, term_buffer, window_size: base, next_window: init_buffer + base - 1, counter: 0 }
+    }
+
+    fn in_window(&self) -> bool {
+        self.counter >= self.init_buffer && self.counter + self.term_buffer < self.warmup && self.counter != self.warmup
+    }
+
+    fn end_of_window(&self) -> bool {
+        self.counter == self.next_window && self.counter != self.warmup
+    }
+
+    fn compute_next_window(&mut self) {
+        let last = self.warmup.saturating_sub(self.term_buffer + 1);
+        if self.next_window == last {
+            return;
+        }
+        self.window_size *= 2;
+        self.next_window = self.counter + self.window_size;
+        if self.next_window != last
+            && self.next_window + 2 * self.window_size >= self.warmup.saturating_sub(self.term_buffer)
+        {
+            self.next_window = last;
+        }
+    }
+}
+
+/// Welford's running mean and variance.
+#[derive(Clone, Debug)]
+struct Welford {
+    n: f64,
+    mean: Vec<f64>,
+    m2: Vec<f64>,
+}
+
+impl Welford {
+    fn new(dim: usize) -> Self {
+        Self { n: 0.0, mean: vec![0.0; dim], m2: vec![0.0; dim] }
+    }
+
+    fn add(&mut self, x: &[f64]) {
+        self.n += 1.0;
+        for ((m, s), v) in self.mean.iter_mut().zip(self.m2.iter_mut()).zip(x) {
+            let delta = v - *m;
+            *m += delta / self.n;
+            *s += delta * (v - *m);
+        }
+    }
+}
+
+/// The batched model: one `log_prob` and score of every chain's row per call.
+struct Batched<'a> {
+    model: &'a dyn LogDensity,
+    device: &'a Device,
+    dim: usize,
+    chains: usize,
+    calls: usize,
+    seconds: f64,
+}
+
+impl Batched<'_> {
+    /// `(log p, grad)` at the rows `q` (`chains * dim`, row-major); a non-finite log density
+    /// stays as it is (the caller treats it as infinite energy).
+    fn eval(&mut self, q: &[f64]) -> Result<(Vec<f64>, Vec<f64>), InferError> {
+        let started = Instant::now();
+        let x = matrix_from_vec(q.iter().map(|&v| v as f32).collect(), self.chains, self.dim, self.device);
+        let s = score(self.model, x, None)?;
+        let lp = to_vec_f32(&s.log_prob).into_iter().map(f64::from).collect();
+        let grad = to_vec_f32(&s.grad).into_iter().map(f64::from).collect();
+        self.calls += 1;
+        self.seconds += started.elapsed().as_secs_f64();
+        Ok((lp, grad))
+    }
+}
+
+/// Per-chain sampler state.
+struct Chain {
+    point: Point,
+    step: f64,
+    inv_metric: Vec<f64>,
+    adapt: DualAveraging,
+    windows: Windows,
+    estimator: Welford,
+    gradients: usize,
+}
+
+/// Runs NUTS on `model` (full data, no minibatches): `config.chains` chains from `inits` (`chains
+/// x dim` row-major) or from uniform inits, `warmup` adaptation iterations, then `draws` kept.
+pub fn nuts(
+    model: &dyn LogDensity,
+    config: &NutsConfig,
+    inits: Option<&[f64]>,
+    rng: &mut EngineRng,
+    device: &Device,
+) -> Result<NutsRun, InferError> {
+    config.validate()?;
+    let started = Instant::now();
+    let (m, d) = (config.chains, model.dim());
+    let mut batched = Batched { model, device, dim: d, chains: m, calls: 0, seconds: 0.0 };
+    let starts = initial_points(&mut batched, config, inits, rng)?;
+    let mut chains: Vec<Chain> = starts
+        .into_iter()
+        .map(|point| Chain {
+            point,
+            step: 1.0,
+            inv_metric: vec![1.0; d],
+            // Stan sets mu = log(10 eps) from the user's initial step size (1) before the search.
+            adapt: DualAveraging { mu: 10f64.ln(), s_bar: 0.0, x_bar: 0.0, counter: 0.0, delta: config.target_accept },
+            windows: Windows::new(config.warmup),
+            estimator: Welford::new(d),
+            gradients: 1,
+        })
+        .collect();
+    let all = vec![true; m];
+    if config.warmup > 0 {
+        find_step_sizes(&mut batched, &mut chains, &all, rng)?;
+    }
+    let mut draws = Vec::with_capacity(config.draws * m * d);
+    let mut log_prob = Vec::with_capacity(config.draws * m);
+    let mut stats = vec![(0usize, 0usize, 0.0f64, 0.0f64, Vec::with_capacity(config.draws)); m];
+    for iteration in 0..config.warmup + config.draws {
+        let warming = iteration < config.warmup;
+        let outcomes = transition(&mut batched, &mut chains, config.max_depth, rng)?;
+        let mut search = vec![false; m];
+        for (c, (chain, out)) in chains.iter_mut().zip(&outcomes).enumerate() {
+            chain.gradients += out.leapfrogs;
+            if warming {
+                chain.step = chain.adapt.learn(out.accept);
+                // Stan's `learn_variance`: add the draw inside a window; at a window's end the
+                // regularised variance becomes the inverse metric.
+                let w = &mut chain.windows;
+                if w.in_window() {
+                    chain.estimator.add(&chain.point.q);
+                }
+                if w.end_of_window() {
+                    w.compute_next_window();
+                    let e = &chain.estimator;
+                    let n = e.n;
+                    for (v, s) in chain.inv_metric.iter_mut().zip(&e.m2) {
+                        let var = if n > 1.0 { s / (n - 1.0) } else { 1.0 };
+                        *v = (n / (n + 5.0)) * var + 1e-3 * (5.0 / (n + 5.0));
+                    }
+                    chain.estimator = Welford::new(d);
+                    search[c] = true;
+                }
+                chain.windows.counter += 1;
+                if iteration + 1 == config.warmup {
+                    chain.step = chain.adapt.x_bar.exp();
+                }
+            } else {
+                draws.extend_from_slice(&chain.point.q);
+                log_prob.push(chain.point.log_prob);
+                let st = &mut stats[c];
+                st.0 += usize::from(out.divergent);
+                st.1 += usize::from(out.depth >= config.max_depth);
+                st.2 += out.depth as f64;
+                st.3 += out.accept;
+                st.4.push(out.energy);
+            }
+        }
+        if search.iter().any(|&s| s) {
+            find_step_sizes(&mut batched, &mut chains, &search, rng)?;
+            for (chain, _) in chains.iter_mut().zip(&search).filter(|(_, s)| **s) {
+                chain.adapt.mu = (10.0 * chain.step).ln();
+                chain.adapt.restart();
+            }
+        }
+    }
+    let n = config.draws as f64;
+    let chain_reports: Vec<ChainReport> = chains
+        .iter()
+        .zip(&stats)
+        .map(|(chain, st)| ChainReport {
+            step_size: chain.step,
+            inv_metric: chain.inv_metric.clone(),
+            divergences: st.0,
+            max_depth_hits: st.1,
+            mean_tree_depth: st.2 / n,
+            mean_accept_stat: st.3 / n,
+            e_bfmi: e_bfmi(&st.4),
+            gradients: chain.gradients,
+        })
+        .collect();
+    let warnings = stan_warnings(&chain_reports, config);
+    Ok(NutsRun {
+        dim: d,
+        chains: m,
+        draws_per_chain: config.draws,
+        draws,
+        log_prob,
+        chain_reports,
+        batched_calls: batched.calls,
+        seconds: started.elapsed().as_secs_f64(),
+        model_seconds: batched.seconds,
+        warnings,
+    })
+}
+
+/// `sum (E_n - E_{n-1})^2 / sum (E_n - mean E)^2` (Betancourt 2016, eq. 3.6 as Stan computes it).
+fn e_bfmi(energy: &[f64]) -> f64 {
+    if energy.len() < 2 {
+        return f64::NAN;
+    }
+    let mean = energy.iter().sum::<f64>() / energy.len() as f64;
+    let num: f64 = energy.windows(2).map(|w| (w[1] - w[0]).powi(2)).sum();
+    let den: f64 = energy.iter().map(|e| (e - mean).powi(2)).sum();
+    num / den
+}
+
+/// Stan's post-run warnings, each naming the option that addresses it.
+fn stan_warnings(reports: &[ChainReport], config: &NutsConfig) -> Vec<String> {
+    let mut out = vec![];
+    let total = (config.draws * reports.len()) as f64;
+    let divergent: usize = reports.iter().map(|r| r.divergences).sum();
+    if divergent > 0 {
+        out.push(format!(
+            "nuts: {divergent} of {} ({:.1}%) transitions ended with a divergence: the draws may be biased (raise `target-accept` towards 1, or reparameterise the model)",
+            total,
+            100.0 * divergent as f64 / total
+        ));
+    }
+    let deep: usize = reports.iter().map(|r| r.max_depth_hits).sum();
+    if deep > 0 {
+        out.push(format!(
+            "nuts: {deep} of {total} transitions hit the maximum tree depth of {}: raise `max-depth` (an efficiency concern, not a validity one)",
+            config.max_depth
+        ));
+    }
+    let low: Vec<String> = reports
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.e_bfmi < MIN_E_BFMI)
+        .map(|(c, r)| format!("chain {} ({:.2})", c + 1, r.e_bfmi))
+        .collect();
+    if !low.is_empty() {
+        out.push(format!(
+            "nuts: E-BFMI below {MIN_E_BFMI} in {}: the posterior may have heavy tails the chains did not explore (reparameterise the model)",
+            low.join(", ")
+        ));
+    }
+    out
+}
+
+/// Chains' starting points: the given rows, or uniform(-r, r) redrawn up to 100 times per chain
+/// until the log density and its gradient are finite (Stan's `initialize`).
+fn initial_points(
+    batched: &mut Batched<'_>,
+    config: &NutsConfig,
+    inits: Option<&[f64]>,
+    rng: &mut EngineRng,
+) -> Result<Vec<Point>, InferError> {
+    let (m, d) = (batched.chains, batched.dim);
+    const TRIES: usize = 100;
+    let r = config.init_radius;
+    let mut q: Vec<f64> = match inits {
+        Some(rows) if rows.len() == m * d => rows.to_vec(),
+        Some(rows) => {
+            return Err(InferError::setting(
+                "init",
+                format!("{} init values do not fill {m} chains of {d} coordinates", rows.len()),
+            ));
+        }
+        None => (0..m * d).map(|_| r * (2.0 * rng.uniform() - 1.0)).collect(),
+    };
+    let mut attempt = 1;
+    loop {
+        let (lp, grad) = batched.eval(&q)?;
+        let bad: Vec<usize> = (0..m)
+            .filter(|&c| !(lp[c].is_finite() && grad[c * d..(c + 1) * d].iter().all(|g| g.is_finite())))
+            .collect();
+        if bad.is_empty() {
+            return Ok((0..m)
+                .map(|c| Point {
+                    q: q[c * d..(c + 1) * d].to_vec(),
+                    p: vec![0.0; d],
+                    grad: grad[c * d..(c + 1) * d].to_vec(),
+                    log_prob: lp[c],
+                })
+                .collect());
+        }
+        if inits.is_some() || attempt == TRIES {
+            let how = if inits.is_some() {
+                "at the given inits".to_string()
+            } else {
+                format!("after {TRIES} uniform(-{r}, {r}) inits")
+            };
+            let c = bad[0];
+            return Err(InferError::Numerical(format!(
+                "nuts: chain {} has no finite log density and gradient {how} (log density {})",
+                c + 1,
+                lp[c]
+            )));
+        }
+        for &c in &bad {
+            for v in &mut q[c * d..(c + 1) * d] {
+                *v = r * (2.0 * rng.uniform() - 1.0);
+            }
+        }
+        attempt += 1;
+    }
+}
+
+/// A fresh momentum `p ~ N(0, M)` with `M = diag(1 / inv_metric)`.
+fn draw_momentum(inv_metric: &[f64], rng: &mut EngineRng) -> Vec<f64> {
+    inv_metric.iter().map(|v| rng.normal() / v.sqrt()).collect()
+}
+
+fn kinetic(p: &[f64], inv_metric: &[f64]) -> f64 {
+    0.5 * p.iter().zip(inv_metric).map(|(p, v)| p * p * v).sum::<f64>()
+}
+
+/// `H = -log p(q) + K(p)`, infinite where the density is not finite.
+fn hamiltonian(point: &Point, inv_metric: &[f64]) -> f64 {
+    let h = -point.log_prob + kinetic(&point.p, inv_metric);
+    if h.is_nan() { f64::INFINITY } else { h }
+}
+
+/// The first half of a leapfrog step (Neal 2011, eq. 5.18-5.19): `p + sign eps/2 grad`, then
+/// the position `q + sign eps M^-1 p_half`.
+fn half_step(from: &Point, eps: f64, inv_metric: &[f64]) -> (Vec<f64>, Vec<f64>) {
+    let p_half: Vec<f64> = from.p.iter().zip(&from.grad).map(|(p, g)| p + 0.5 * eps * g).collect();
+    let q: Vec<f64> = from.q.iter().zip(&p_half).zip(inv_metric).map(|((q, p), v)| q + eps * v * p).collect();
+    (p_half, q)
+}
+
+/// Stan's `init_stepsize` for the chains marked in `which`, in lockstep: from each chain's
+/// current point, one leapfrog step with a fresh momentum; the step size doubles while the
+/// acceptance `exp(H0 - H)` stays above 0.8 (or halves while it stays below) and stops at the
+/// first crossing.
+fn find_step_sizes(
+    batched: &mut Batched<'_>,
+    chains: &mut [Chain],
+    which: &[bool],
+    rng: &mut EngineRng,
+) -> Result<(), InferError> {
+    let (m, d) = (batched.chains, batched.dim);
+    let mut direction: Vec<Option<f64>> = vec![None; m];
+    let mut searching = which.to_vec();
+    let threshold = 0.8f64.ln();
+    while searching.iter().any(|&s| s) {
+        let mut q = Vec::with_capacity(m * d);
+        let mut pending = Vec::with_capacity(m);
+        for (c, chain) in chains.iter().enumerate() {
+            if searching[c] {
+                let mut start = chain.point.clone();
+                start.p = draw_momentum(&chain.inv_metric, rng);
+                let h0 = hamiltonian(&start, &chain.inv_metric);
+                let (p_half, q_new) = half_step(&start, chain.step, &chain.inv_metric);
+                q.extend_from_slice(&q_new);
+                pending.push(Some((h0, p_half, q_new)));
+            } else {
+                q.extend_from_slice(&chain.point.q);
+                pending.push(None);
+            }
+        }
+        let (lp, grad) = batched.eval(&q)?;
+        for (c, chain) in chains.iter_mut().enumerate() {
+            let Some((h0, p_half, q_new)) = pending[c].take() else { continue };
+            chain.gradients += 1;
+            let g = &grad[c * d..(c + 1) * d];
+            let p: Vec<f64> = p_half.iter().zip(g).map(|(p, g)| p + 0.5 * chain.step * g).collect();
+            let end = Point { q: q_new, p, grad: g.to_vec(), log_prob: lp[c] };
+            let delta = h0 - hamiltonian(&end, &chain.inv_metric);
+            match direction[c] {
+                None => direction[c] = Some(if delta > threshold { 1.0 } else { -1.0 }),
+                Some(dir) => {
+                    // Stops at the first crossing of 0.8 (a NaN energy counts as one).
+                    let (above, below) = (delta > threshold, delta < threshold);
+                    if (dir > 0.0 && !above) || (dir < 0.0 && !below) {
+                        searching[c] = false;
+                    } else {
+                        chain.step = if dir > 0.0 { 2.0 * chain.step } else { 0.5 * chain.step };
+                    }
+                }
+            }
+            if chain.step > 1e7 {
+                return Err(InferError::Numerical(format!(
+                    "nuts: chain {}'s step size grew past 1e7 in the step-size search: the posterior is improper (check the model)",
+                    c + 1
+                )));
+            }
+            if chain.step == 0.0 {
+                return Err(InferError::Numerical(format!(
+                    "nuts: chain {}'s step size fell to 0 in the step-size search: no finite leapfrog step from its position",
+                    c + 1
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What one transition of one chain reports.
+struct Outcome {
+    accept: f64,
+    depth: usize,
+    leapfrogs: usize,
+    divergent: bool,
+    energy: f64,
+}
+
+/// One NUTS transition of every chain, all trees grown in lockstep (one batched model call per
+/// leaf); each chain's `point` becomes its new draw.
+fn transition(
+    batched: &mut Batched<'_>,
+    chains: &mut [Chain],
+    max_depth: usize,
+    rng: &mut EngineRng,
+) -> Result<Vec<Outcome>, InferError> {
+    let (m, d) = (batched.chains, batched.dim);
+    let mut trees: Vec<Tree> = chains
+        .iter()
+        .map(|chain| {
+            let mut z = chain.point.clone();
+            z.p = draw_momentum(&chain.inv_metric, rng);
+            let sharp: Vec<f64> = z.p.iter().zip(&chain.inv_metric).map(|(p, v)| p * v).collect();
+            let h0 = hamiltonian(&z, &chain.inv_metric);
+            let dir = if rng.uniform() > 0.5 { 1.0 } else { -1.0 };
+            Tree {
+                ends: [z.clone(), z.clone()],
+                sharp: [sharp.clone(), sharp],
+                rho: z.p.clone(),
+                log_w: 0.0,
+                sample: z.clone(),
+                h0,
+                depth: 0,
+                dir,
+                wanted: 1,
+                built: 0,
+                frontier: z,
+                stack: vec![],
+                done: false,
+                divergent: false,
+                leapfrogs: 0,
+                sum_metro: 0.0,
+            }
+        })
+        .collect();
+    let mut q = vec![0.0; m * d];
+    let mut halves: Vec<Vec<f64>> = vec![vec![]; m];
+    while trees.iter().any(|t| !t.done) {
+        for (c, (tree, chain)) in trees.iter().zip(chains.iter()).enumerate() {
+            let row = &mut q[c * d..(c + 1) * d];
+            if tree.done {
+                // Masked: the row holds the chain's current draw.
+                row.copy_from_slice(&tree.sample.q);
+            } else {
+                let (p_half, q_new) = half_step(&tree.frontier, tree.dir * chain.step, &chain.inv_metric);
+                row.copy_from_slice(&q_new);
+                halves[c] = p_half;
+            }
+        }
+        let (lp, grad) = batched.eval(&q)?;
+        for (c, (tree, chain)) in trees.iter_mut().zip(chains.iter()).enumerate() {
+            if tree.done {
+                continue;
+            }
+            let g = &grad[c * d..(c + 1) * d];
+            let eps = tree.dir * chain.step;
+            let p: Vec<f64> = halves[c].iter().zip(g).map(|(p, g)| p + 0.5 * eps * g).collect();
+            let leaf = Point { q: q[c * d..(c + 1) * d].to_vec(), p, grad: g.to_vec(), log_prob: lp[c] };
+            grow(tree, leaf, &chain.inv_metric, max_depth, rng);
+        }
+    }
+    Ok(trees
+        .into_iter()
+        .zip(chains.iter_mut())
+        .map(|(tree, chain)| {
+            let energy = hamiltonian(&tree.sample, &chain.inv_metric);
+            chain.point = tree.sample;
+            Outcome {
+                accept: tree.sum_metro / tree.leapfrogs.max(1) as f64,
+                depth: tree.depth,
+                leapfrogs: tree.leapfrogs,
+                divergent: tree.divergent,
+                energy,
+            }
+        })
+        .collect())
+}
+
+/// Adds one leaf to a chain's tree: Stan's `build_tree` base case, then the merges its recursion
+/// would make now, then, when the subtree is complete, the merge into the whole trajectory.
+fn grow(tree: &mut Tree, leaf: Point, inv_metric: &[f64], max_depth: usize, rng: &mut EngineRng) {
+    tree.leapfrogs += 1;
+    tree.built += 1;
+    let h = hamiltonian(&leaf, inv_metric);
+    let log_w = tree.h0 - h;
+    // Stan's acceptance statistic: the mean over the leaves of min(1, exp(H0 - H)).
+    tree.sum_metro += if log_w > 0.0 { 1.0 } else { log_w.exp() };
+    if h - tree.h0 > MAX_ENERGY_ERROR || !h.is_finite() {
+        tree.divergent = true;
+        tree.done = true;
+        return;
+    }
+    let sharp: Vec<f64> = leaf.p.iter().zip(inv_metric).map(|(p, v)| p * v).collect();
+    tree.frontier = leaf.clone();
+    tree.stack.push(Sub {
+        leaves: 1,
+        log_w,
+        rho: leaf.p.clone(),
+        p_beg: leaf.p.clone(),
+        p_end: leaf.p.clone(),
+        sharp_beg: sharp.clone(),
+        sharp_end: sharp,
+        proposal: leaf,
+    });
+    // Merge equal-sized neighbours: the "init" subtree (built first, nearer the trajectory)
+    // and the "final" one.
+    while tree.stack.len() >= 2 && tree.stack[tree.stack.len() - 1].leaves == tree.stack[tree.stack.len() - 2].leaves {
+        let last = tree.stack.pop().expect("two entries");
+        let init = tree.stack.pop().expect("two entries");
+        let log_w = log_add(init.log_w, last.log_w);
+        // Uniform progressive sampling within a subtree (Betancourt 2017, A.3.2).
+        let take_last = last.log_w > log_w || rng.uniform() < (last.log_w - log_w).exp();
+        let rho = add(&init.rho, &last.rho);
+        // The criterion across the merged subtree, and across each half extended by the
+        // neighbouring point of the other (Stan's extra checks).
+        let ok = no_u_turn(&init.sharp_beg, &last.sharp_end, &rho)
+            && no_u_turn(&init.sharp_beg, &last.sharp_beg, &add(&init.rho, &last.p_beg))
+            && no_u_turn(&init.sharp_end, &last.sharp_end, &add(&last.rho, &init.p_end));
+        if !ok {
+            tree.done = true;
+            return;
+        }
+        tree.stack.push(Sub {
+            leaves: init.leaves * 2,
+            log_w,
+            rho,
+            p_beg: init.p_beg,
+            p_end: last.p_end,
+            sharp_beg: init.sharp_beg,
+            sharp_end: last.sharp_end,
+            proposal: if take_last { last.proposal } else { init.proposal },
+        });
+    }
+    if tree.built < tree.wanted {
+        return;
+    }
+    let sub = tree.stack.pop().expect("a complete subtree");
+    // Biased progressive sampling between the old trajectory and the new subtree (A.3.2).
+    if sub.log_w > tree.log_w || rng.uniform() < (sub.log_w - tree.log_w).exp() {
+        tree.sample = sub.proposal.clone();
+    }
+    tree.log_w = log_add(tree.log_w, sub.log_w);
+    tree.depth += 1;
+    // Side 1 is the forward end: the subtree grew at `near`, `far` is the other end.
+    let (near, far) = if tree.dir > 0.0 { (1, 0) } else { (0, 1) };
+    let rho = add(&tree.rho, &sub.rho);
+    let ok = no_u_turn(&tree.sharp[far], &sub.sharp_end, &rho)
+        && no_u_turn(&tree.sharp[far], &sub.sharp_beg, &add(&tree.rho, &sub.p_beg))
+        && no_u_turn(&tree.sharp[near], &sub.sharp_end, &add(&sub.rho, &tree.ends[near].p));
+    tree.rho = rho;
+    tree.ends[near] = tree.frontier.clone();
+    tree.sharp[near] = sub.sharp_end;
+    if !ok || tree.depth >= max_depth {
+        tree.done = true;
+        return;
+    }
+    tree.dir = if rng.uniform() > 0.5 { 1.0 } else { -1.0 };
+    let side = if tree.dir > 0.0 { 1 } else { 0 };
+    tree.frontier = tree.ends[side].clone();
+    tree.wanted = 1 << tree.depth;
+    tree.built = 0;
+}
+
+/// NUTS as an engine: its first step runs the whole sampler (warm-up and draws, every chain)
+/// from the run's particles or uniform inits and leaves each chain's last draw as the
+/// particles (`chains` of them); later steps leave them. [`Engine::draws`] gives the kept draws,
+/// snapshot-major, so `fit` treats them as MCMC chains.
+pub struct Nuts {
+    config: NutsConfig,
+    draws: Option<Particles>,
+    report: serde_json::Value,
+}
+
+impl Nuts {
+    /// The engine with `config`; an error names an option out of range.
+    pub fn new(config: &NutsConfig) -> Result<Self, InferError> {
+        config.validate()?;
+        Ok(Self { config: config.clone(), draws: None, report: serde_json::Value::Null })
+    }
+}
+
+impl Engine for Nuts {
+    fn name(&self) -> &'static str {
+        "nuts"
+    }
+
+    fn init(&mut self, particles: &Particles) -> Result<(), InferError> {
+        if self.config.init == NutsInit::Particles && particles.len() < self.config.chains {
+            return Err(InferError::setting(
+                "init",
+                format!(
+                    "`init = particles` starts {} chains from the run's particles, but there are {}",
+                    self.config.chains,
+                    particles.len()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn step(&mut self, ctx: &mut StepContext<'_>, particles: &mut Particles) -> Result<(), InferError> {
+        if self.draws.is_some() {
+            return Ok(());
+        }
+        if ctx.batch.is_some() {
+            return Err(InferError::setting(
+                "batch-size",
+                "nuts needs the full data at every step (a minibatch's noisy gradient breaks the Hamiltonian's energy): leave the batch size unset",
+            ));
+        }
+        let device = particles.device();
+        let (m, d) = (self.config.chains, particles.dim());
+        let inits: Option<Vec<f64>> = (self.config.init == NutsInit::Particles)
+            .then(|| particles.to_rows().into_iter().take(m).flatten().map(f64::from).collect());
+        let run = nuts(ctx.model, &self.config, inits.as_deref(), ctx.rng, &device)?;
+        let n = run.draws_per_chain;
+        let last: Vec<f32> = run.draws[(n - 1) * m * d..].iter().map(|&v| v as f32).collect();
+        *particles = Particles::new(matrix_from_vec(last, m, d, &device));
+        let all: Vec<f32> = run.draws.iter().map(|&v| v as f32).collect();
+        self.draws = Some(Particles::new(matrix_from_vec(all, n * m, d, &device)));
+        self.report = run.summary();
+        Ok(())
+    }
+
+    fn draws(&self) -> Option<Particles> {
+        self.draws.clone()
+    }
+
+    fn save(&self) -> EngineState {
+        let mut state = EngineState::default();
+        if let Some(draws) = &self.draws {
+            state.put_tensor("draws", &draws.positions);
+        }
+        state
+    }
+
+    fn load(&mut self, state: &EngineState, device: &Device) -> Result<(), InferError> {
+        self.draws = state.tensor_opt::<2>("draws", device)?.map(Particles::new);
+        Ok(())
+    }
+
+    fn report(&self) -> serde_json::Value {
+        self.report.clone()
+    }
+}
+
+impl EngineConfig for NutsConfig {
+    /// NUTS takes no kernel and no step-size rule (it adapts its own step size): the shared ones
+    /// are ignored, as Pathfinder's and SGLD's.
+    fn build(&self, _kernel: &KernelConfig, _adapter: &AdapterConfig) -> Result<Box<dyn Engine>, InferError> {
+        Ok(Box::new(Nuts::new(self)?))
+    }
+
+    fn uses_step_rule(&self) -> bool {
+        false
+    }
+}

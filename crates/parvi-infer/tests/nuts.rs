@@ -1,0 +1,196 @@
+//! The batched multi-chain NUTS (`engines::nuts`): on a correlated 2-D Gaussian and on
+//! eight_schools (posteriordb, through `fit` and the registry) the means agree within Monte
+//! Carlo error from the draws' own ESS and the sds within tolerance; a fixed large step size
+//! without adaptation, where only correct multinomial weights keep the target (a wrong
+//! acceptance biases the sds); the tree depth and ESS of an isotropic Gaussian, which a wrong
+//! U-turn criterion would wreck (trees to the maximum depth, or random-walk draws); bad options
+//! refused by name.
+
+mod common;
+
+use common::{flex, posteriordb_dir};
+use parvi_infer::engines::{NutsConfig, NutsRun, nuts};
+use parvi_infer::evaluation::ess;
+use parvi_infer::{AdapterConfig, EngineRng, EngineSpec, FitConfig, KernelConfig, MethodConfig, fit};
+use parvi_model::LogDensity;
+use parvi_model::tensor_ops::to_vec_f64;
+use parvi_models::Gaussian;
+use parvi_models::posteriordb::compare::compare;
+use parvi_models::posteriordb::{self, ReferenceDraws};
+
+/// Coordinate `j`'s chains from snapshot-major draws.
+fn series(draws: &[f64], chains: usize, dim: usize, j: usize) -> Vec<Vec<f64>> {
+    let n = draws.len() / (chains * dim);
+    (0..chains).map(|c| (0..n).map(|s| draws[(s * chains + c) * dim + j]).collect()).collect()
+}
+
+fn mean_sd(x: &[Vec<f64>]) -> (f64, f64) {
+    let all: Vec<f64> = x.iter().flatten().copied().collect();
+    let n = all.len() as f64;
+    let mean = all.iter().sum::<f64>() / n;
+    (mean, (all.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt())
+}
+
+/// Each coordinate's mean within 4 Monte Carlo sds (`sd / sqrt(ESS)`) of the truth, and its sd
+/// within `4 / sqrt(2 ESS_2)` relative plus `slack`, where `ESS_2` is the ESS of the squared
+/// deviations (a Gaussian's sd estimate from `n` independent draws has relative sd
+/// `1 / sqrt(2 n)`; NUTS's draws are often antithetic for the mean, ESS above the draw count,
+/// but not for the square).
+fn assert_moments(run: &NutsRun, mean: &[f64], sd: &[f64], slack: f64, what: &str) {
+    for j in 0..run.dim {
+        let x = series(&run.draws, run.chains, run.dim, j);
+        let e = ess(&x);
+        let (m, s) = mean_sd(&x);
+        let mc = sd[j] / e.sqrt();
+        assert!(
+            (m - mean[j]).abs() < 4.0 * mc,
+            "{what}: coordinate {j} mean {m} vs {} (4 MC sd = {})",
+            mean[j],
+            4.0 * mc
+        );
+        let squares: Vec<Vec<f64>> = x.iter().map(|c| c.iter().map(|v| (v - m).powi(2)).collect()).collect();
+        let e2 = ess(&squares);
+        let tol = 4.0 / (2.0 * e2).sqrt() + slack;
+        assert!(
+            (s / sd[j] - 1.0).abs() < tol,
+            "{what}: coordinate {j} sd {s} vs {} (tolerance {tol}, ESS of the squares {e2:.0})",
+            sd[j]
+        );
+    }
+}
+
+#[test]
+fn correlated_gaussian_means_and_sds_within_monte_carlo_error() {
+    let device = flex();
+    // sd 1 and 2, correlation 0.9: the diagonal metric cannot whiten it, the trees must be deep.
+    let cov = [1.0, 1.8, 1.8, 4.0];
+    let model = Gaussian::new(&[1.0, -2.0], &cov, &device).unwrap();
+    let config = NutsConfig { warmup: 500, draws: 1000, ..NutsConfig::default() };
+    let run = nuts(&model, &config, None, &mut EngineRng::new(1), &device).unwrap();
+    assert_eq!((run.chains, run.draws.len()), (4, 4 * 1000 * 2));
+    assert_moments(&run, &[1.0, -2.0], &[1.0, 2.0], 0.0, "correlated 2-D Gaussian");
+    // The correlation of the draws.
+    let (x, y) = (series(&run.draws, 4, 2, 0), series(&run.draws, 4, 2, 1));
+    let (mx, sx) = mean_sd(&x);
+    let (my, sy) = mean_sd(&y);
+    let n = 4000.0;
+    let r = x.iter().flatten().zip(y.iter().flatten()).map(|(a, b)| (a - mx) * (b - my)).sum::<f64>()
+        / ((n - 1.0) * sx * sy);
+    assert!((r - 0.9).abs() < 0.03, "correlation {r}");
+    // Dual averaging reaches its target acceptance (0.8), without divergences.
+    for (c, chain) in run.chain_reports.iter().enumerate() {
+        assert!((0.7..0.95).contains(&chain.mean_accept_stat), "chain {c}: accept {}", chain.mean_accept_stat);
+        assert_eq!(chain.divergences, 0, "chain {c}");
+        assert!(chain.step_size > 0.05 && chain.step_size < 2.0, "chain {c}: step {}", chain.step_size);
+        // The metric learned the variances (1 and 4) within the window's noise.
+        assert!((chain.inv_metric[1] / chain.inv_metric[0] - 4.0).abs() < 1.5, "{:?}", chain.inv_metric);
+    }
+    assert!(run.warnings.is_empty(), "{:?}", run.warnings);
+    // One batched call per leapfrog step of the slowest chain: fewer calls than chain-gradients.
+    assert!(run.batched_calls < run.gradients(), "{} calls, {} gradients", run.batched_calls, run.gradients());
+}
+
+#[test]
+fn a_fixed_large_step_keeps_the_target_only_through_the_multinomial_weights() {
+    // No warm-up: step size 1 and the unit metric on sds (0.7, 1, 3). At eps / sd = 1.4 the
+    // leapfrog's energy errors are large (acceptance well below 1), and the trajectory's points
+    // are distributed by a shadow Hamiltonian with a visibly different sd; only the weights
+    // exp(H0 - H) of the multinomial and progressive sampling restore the target's sds.
+    let device = flex();
+    let sd = [0.7, 1.0, 3.0];
+    let cov = [0.49, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 9.0];
+    let model = Gaussian::new(&[0.0, 0.0, 0.0], &cov, &device).unwrap();
+    let config = NutsConfig { warmup: 0, draws: 3000, init_radius: 1.0, ..NutsConfig::default() };
+    let run = nuts(&model, &config, None, &mut EngineRng::new(2), &device).unwrap();
+    let accept = run.chain_reports.iter().map(|c| c.mean_accept_stat).sum::<f64>() / 4.0;
+    assert!(accept < 0.85, "the step is not large enough to test the weights: accept {accept}");
+    assert_moments(&run, &[0.0; 3], &sd, 0.0, "fixed step 1");
+}
+
+#[test]
+fn the_u_turn_criterion_sets_the_tree_depth_and_the_draws_are_nearly_independent() {
+    // An isotropic 20-D Gaussian: after adaptation a U-turn comes after about pi / eps steps
+    // (half a period), so trees are 2 to 5 deep and the draws nearly independent (NUTS's
+    // draws are often anti-correlated: ESS above the draw count). A criterion that never fires
+    // runs every tree to max-depth; one that fires at once makes a random walk with a small ESS.
+    let device = flex();
+    let d = 20;
+    let cov: Vec<f64> = (0..d * d).map(|k| if k % (d + 1) == 0 { 1.0 } else { 0.0 }).collect();
+    let model = Gaussian::new(&vec![0.0; d], &cov, &device).unwrap();
+    let config = NutsConfig { warmup: 300, draws: 500, max_depth: 8, ..NutsConfig::default() };
+    let run = nuts(&model, &config, None, &mut EngineRng::new(3), &device).unwrap();
+    for chain in &run.chain_reports {
+        assert!((1.5..5.5).contains(&chain.mean_tree_depth), "tree depth {}", chain.mean_tree_depth);
+        assert_eq!(chain.max_depth_hits, 0);
+    }
+    let total = (run.chains * run.draws_per_chain) as f64;
+    for j in 0..d {
+        let e = ess(&series(&run.draws, run.chains, d, j));
+        assert!(e > 0.5 * total, "coordinate {j}: ESS {e:.0} of {total} draws");
+    }
+    assert_moments(&run, &vec![0.0; d], &vec![1.0; d], 0.0, "isotropic 20-D Gaussian");
+}
+
+#[test]
+fn eight_schools_through_fit_matches_the_reference() {
+    let Some(dir) = posteriordb_dir("nuts eight_schools") else { return };
+    let device = flex();
+    let model = posteriordb::load("eight_schools", &dir, &device).unwrap();
+    let reference = ReferenceDraws::load("eight_schools", &dir).unwrap();
+    let spec =
+        EngineSpec::new(MethodConfig::default_for("nuts").unwrap(), KernelConfig::default(), AdapterConfig::default());
+    let config = FitConfig { steps: 1, ..FitConfig::default() };
+    let result = fit(&model, &spec, &config, &mut [], &device).unwrap();
+    assert_eq!(result.chains, Some(4));
+    assert_eq!(result.draws.len(), 4000);
+    assert!(result.diagnostics.polish.is_none(), "an MCMC engine's draws are not polished");
+    let reported = to_vec_f64(&model.reported(result.draws.positions.clone()));
+    let width = model.param_names().len();
+    let selected = reference.select(&reported, width);
+    let c = compare(reference.values(), &selected, reference.params(), None).unwrap();
+    // The Monte Carlo error of a mean in reference sds is 1 / sqrt(ESS) (ESS of the unconstrained
+    // coordinates, the smallest), the reference's own about 0.01-0.02.
+    let raw = to_vec_f64(&result.draws.positions);
+    let min_ess = (0..model.dim()).map(|j| ess(&series(&raw, 4, model.dim(), j))).fold(f64::INFINITY, f64::min);
+    assert!(min_ess > 300.0, "min ESS {min_ess}");
+    let tol = 4.0 / min_ess.sqrt() + 0.03;
+    for (name, e) in reference.names().iter().zip(&c.mean_error_sd) {
+        assert!(e.abs() < tol, "{name}: mean off by {e:.3} reference sd (tolerance {tol:.3})");
+    }
+    // tau's sd (a heavy right tail) converges slowly: 15%; the others 4 / sqrt(2 ESS) + 3%.
+    for (name, r) in reference.names().iter().zip(&c.sd_ratio) {
+        let tol = if name == "tau" { 0.15 } else { 4.0 / (2.0 * min_ess).sqrt() + 0.03 };
+        assert!((r - 1.0).abs() < tol, "{name}: sd ratio {r:.3} (tolerance {tol:.3})");
+    }
+    let report = &result.report;
+    assert_eq!(report["chain_reports"].as_array().map(Vec::len), Some(4));
+    assert!(report["gradients"].as_u64().unwrap() > 4 * 2000);
+}
+
+#[test]
+fn bad_options_are_errors_naming_the_option() {
+    let parse = |v: serde_json::Value| serde_json::from_value::<MethodConfig>(v).map_err(|e| e.to_string());
+    let err = parse(serde_json::json!({"method": "nuts", "chain": 3})).unwrap_err();
+    assert!(err.contains("chain"), "{err}");
+    let ok = parse(serde_json::json!({"method": "nuts", "chains": 2, "max-depth": 6, "target-accept": 0.9})).unwrap();
+    assert_eq!(ok.name(), "nuts");
+    for (config, option) in [
+        (NutsConfig { chains: 0, ..NutsConfig::default() }, "chains"),
+        (NutsConfig { draws: 1, ..NutsConfig::default() }, "draws"),
+        (NutsConfig { max_depth: 0, ..NutsConfig::default() }, "max-depth"),
+        (NutsConfig { target_accept: 1.0, ..NutsConfig::default() }, "target-accept"),
+        (NutsConfig { init_radius: f64::NAN, ..NutsConfig::default() }, "init-radius"),
+    ] {
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains(option), "{option}: {err}");
+    }
+    // Inits that do not fill the chains, or at which the density is not finite.
+    let device = flex();
+    let model = Gaussian::new(&[0.0], &[1.0], &device).unwrap();
+    let config = NutsConfig { chains: 2, warmup: 10, draws: 10, ..NutsConfig::default() };
+    let err = nuts(&model, &config, Some(&[0.0]), &mut EngineRng::new(4), &device).unwrap_err().to_string();
+    assert!(err.contains("init"), "{err}");
+    assert_eq!(model.dim(), 1);
+    let err = nuts(&model, &config, Some(&[0.0, f64::NAN]), &mut EngineRng::new(4), &device).unwrap_err().to_string();
+    assert!(err.contains("chain 2"), "{err}");
+}
