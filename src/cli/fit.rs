@@ -46,7 +46,7 @@ pub struct FitArgs {
     /// Number of particles [default: 100].
     #[arg(long)]
     pub particles: Option<usize>,
-    /// Number of steps [default: 1000].
+    /// Number of steps [default: 2000, the library's `DEFAULT_STEPS`].
     #[arg(long)]
     pub steps: Option<usize>,
     /// Seed of every random choice (initial particles, minibatches, engine noise) [default: 0].
@@ -99,9 +99,10 @@ pub struct FitArgs {
     #[arg(long)]
     #[serde(default)]
     pub quiet: bool,
-    /// Polish every run (the default): continue the stationarity check's MALA chains from a
-    /// particle engine's final particles (step size adapted) until split R-hat <= 1.01 and bulk
-    /// ESS >= 400, or --polish-steps, and return their draws instead of the particles.
+    /// Polish every run (the default): continue the stationarity check's chains from a particle
+    /// engine's final particles (ChEES-HMC, adapted) until the rank-normalised split R-hat of
+    /// every reported quantity and lp__ is <= 1.01 and its bulk ESS >= 400 (the summary's
+    /// statistics), or --polish-steps, and return their draws instead of the particles.
     #[arg(long, conflicts_with = "no_polish")]
     #[serde(default)]
     pub polish: bool,
@@ -109,11 +110,13 @@ pub struct FitArgs {
     #[arg(long)]
     #[serde(default)]
     pub no_polish: bool,
-    /// The polish step's budget: MALA steps per chain after its warm-up [default: 5000].
+    /// The polish step's budget: gradients per chain after its warm-up (MALA steps, ChEES
+    /// leapfrog steps) [default: 5000].
     #[arg(long)]
     pub polish_steps: Option<usize>,
-    /// The polish step's kernel: `auto` (MALA, switching to autoMALA when one step size leaves
-    /// chains stuck), `mala` or `auto-mala` [default: auto].
+    /// The polish step's kernel: `auto` (a MALA warm-up and probe, then autoMALA where one step
+    /// size leaves chains stuck, else ChEES-HMC), `chees`, `mala`, `mala-auto` (MALA, switching to autoMALA when
+    /// stuck: the default before ChEES) or `auto-mala` [default: auto].
     #[arg(long, value_name = "KERNEL")]
     pub polish_kernel: Option<String>,
     /// Share the particles among the processes of an MPI job (`mpirun -np K parvi fit ...
@@ -292,7 +295,7 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
     let Some(out) = args.out.clone() else { bail!("missing setting `--out DIR`") };
     let method = args.method.clone().unwrap_or_else(|| "svgd".into());
     let n = args.particles.unwrap_or(100);
-    let steps = args.steps.unwrap_or(1000);
+    let steps = args.steps.unwrap_or(parvi_infer::DEFAULT_STEPS);
     let seed = args.seed.unwrap_or(0);
     let lr = args.lr.unwrap_or(0.05);
     let init_std = args.init_std.unwrap_or(1.0);
@@ -386,7 +389,12 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
         polish,
         ..FitConfig::default()
     };
-    let result = match parvi_infer::fit(density, &spec, &config, &mut [], &device) {
+    // The polish step stops on the statistics the summary prints, of the reported quantities.
+    let reported = |x: parvi_model::burn::tensor::Tensor<2>| match &target {
+        Target::Posterior { model, .. } => model.reported(x),
+        Target::Builtin(_) => x,
+    };
+    let result = match parvi_infer::fit_reported(density, Some(&reported), &spec, &config, &mut [], &device) {
         Ok(result) => result,
         Err(RunError::Diverged { step, cause, last_finite }) => {
             if lead {
@@ -446,6 +454,13 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
     };
     let mcmc = result.chains.is_some();
     let stats = summarize(&draws, mcmc)?;
+    // One convergence rule (issue 44): the polish step stops on these statistics of these draws;
+    // a summary R-hat above the threshold is never shown without a warning.
+    let mut summary = summary;
+    if let Some(w) = summary_rhat_warning(&stats, &diagnostics.warnings) {
+        summary.warnings.push(w);
+    }
+    let polish_kernel = result.diagnostics.polish.as_ref().map_or("MCMC", |p| p.kernel.name());
     let run_info = RunInfo {
         model: match &target {
             Target::Builtin(t) => t.name.to_string(),
@@ -460,11 +475,13 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
         draws_are: if result.diagnostics.polish.is_some() {
             if config.polish.is_some_and(|p| p.when == PolishWhen::Always) {
                 format!(
-                    "MALA draws of the polish step, its chains started from the {method} particles (--no-polish keeps the particles)"
+                    "{} draws of the polish step, its chains started from the {method} particles (--no-polish keeps the particles)",
+                    polish_kernel
                 )
             } else {
                 format!(
-                    "MALA draws of the polish step, its chains started from the {method} particles: the diagnostics flagged the particles"
+                    "{} draws of the polish step, its chains started from the {method} particles: the diagnostics flagged the particles",
+                    polish_kernel
                 )
             }
         } else if result.chains.is_some() {
@@ -479,7 +496,7 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
         data_file,
         warmup_seconds: result.laplace_seconds,
         sampling_seconds: result.seconds,
-        warnings: diagnostics.warnings.clone(),
+        warnings: summary.warnings.clone(),
     };
     let header = summary_header(&run_info, &draws, mcmc && draws.draws_per_chain() >= 4);
     write_atomic(&out.join("draws.csv"), draws.to_csv(&run_info).as_bytes())?;
@@ -498,7 +515,7 @@ fn run_with(args: FitArgs, collective: Group) -> Result<()> {
     }
     println!("{header}\n{}", stats.table());
     println!("{}", summary_footer(&stats));
-    for w in &diagnostics.warnings {
+    for w in &summary.warnings {
         eprintln!("warning: {w}");
     }
     let ranks = match (&collective, summary.communication_ms_per_step) {
@@ -530,6 +547,25 @@ fn summarize(draws: &cmdstan::Draws, mcmc: bool) -> Result<Summary> {
     } else {
         Summary::of_particles(&names, &columns, draws.weights())?
     })
+}
+
+/// The warning for a summary whose R-hat exceeds [`parvi_infer::fit::MAX_RHAT`] where no warning
+/// about R-hat was raised yet.
+fn summary_rhat_warning(stats: &Summary, warnings: &[String]) -> Option<String> {
+    let max_rhat = parvi_infer::fit::MAX_RHAT;
+    let worst = stats
+        .rows
+        .iter()
+        .filter_map(|r| r.rhat.map(|v| (r, v)))
+        .filter(|(_, v)| v.is_nan() || *v > max_rhat)
+        .max_by(|a, b| a.1.total_cmp(&b.1))?;
+    if warnings.iter().any(|w| w.contains("R-hat")) {
+        return None;
+    }
+    Some(format!(
+        "the summary's R_hat of {} is {:.3} > {max_rhat}: the chains have not mixed (raise --polish-steps)",
+        worst.0.name, worst.1
+    ))
 }
 
 /// The run's settings for the `parvi` block of `draws.csv`'s comments.
@@ -629,7 +665,11 @@ pub(crate) fn polish_config(
         Some("auto") => PolishKernel::Auto,
         Some("mala") => PolishKernel::Mala,
         Some("auto-mala") => PolishKernel::AutoMala,
-        Some(other) => bail!("invalid setting `--polish-kernel`: `{other}` is not one of auto, mala, auto-mala"),
+        Some("chees") => PolishKernel::Chees,
+        Some("mala-auto") => PolishKernel::MalaAuto,
+        Some(other) => {
+            bail!("invalid setting `--polish-kernel`: `{other}` is not one of auto, chees, mala, mala-auto, auto-mala")
+        }
     };
     Ok(Some(PolishConfig {
         when: if polish { PolishWhen::Always } else { default.when },
