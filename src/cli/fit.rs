@@ -100,7 +100,7 @@ pub struct FitArgs {
     #[serde(default)]
     pub quiet: bool,
     /// Polish every run (the default): continue the stationarity check's chains from a particle
-    /// engine's final particles (ChEES-HMC, adapted) until the rank-normalised split R-hat of
+    /// engine's final particles (MALA, adapted) until the rank-normalised split R-hat of
     /// every reported quantity and lp__ is <= 1.01 and its bulk ESS >= 400 (the summary's
     /// statistics), or --polish-steps, and return their draws instead of the particles.
     #[arg(long, conflicts_with = "no_polish")]
@@ -114,9 +114,9 @@ pub struct FitArgs {
     /// leapfrog steps) [default: 5000].
     #[arg(long)]
     pub polish_steps: Option<usize>,
-    /// The polish step's kernel: `auto` (a MALA warm-up and probe, then autoMALA where one step
-    /// size leaves chains stuck, else ChEES-HMC), `chees`, `mala`, `mala-auto` (MALA, switching to autoMALA when
-    /// stuck: the default before ChEES) or `auto-mala` [default: auto].
+    /// The polish step's kernel: `auto` (MALA, switching to autoMALA when one step size leaves
+    /// chains stuck), `chees` (ChEES-HMC: batched HMC with one adapted, jittered trajectory; fewer
+    /// gradients where MALA mixes slowly), `mala` or `auto-mala` [default: auto].
     #[arg(long, value_name = "KERNEL")]
     pub polish_kernel: Option<String>,
     /// Share the particles among the processes of an MPI job (`mpirun -np K parvi fit ...
@@ -666,9 +666,8 @@ pub(crate) fn polish_config(
         Some("mala") => PolishKernel::Mala,
         Some("auto-mala") => PolishKernel::AutoMala,
         Some("chees") => PolishKernel::Chees,
-        Some("mala-auto") => PolishKernel::MalaAuto,
         Some(other) => {
-            bail!("invalid setting `--polish-kernel`: `{other}` is not one of auto, chees, mala, mala-auto, auto-mala")
+            bail!("invalid setting `--polish-kernel`: `{other}` is not one of auto, chees, mala, auto-mala")
         }
     };
     Ok(Some(PolishConfig {

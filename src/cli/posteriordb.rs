@@ -66,7 +66,7 @@ pub struct PosteriorDbArgs {
     /// The polish step's budget: gradients per chain after its warm-up [default: 5000].
     #[arg(long)]
     pub polish_steps: Option<usize>,
-    /// The polish step's kernel: auto, chees, mala, mala-auto or auto-mala [default: auto].
+    /// The polish step's kernel: auto, chees, mala or auto-mala [default: auto].
     #[arg(long, value_name = "KERNEL")]
     pub polish_kernel: Option<String>,
     /// A method option (applies to every method run; repeatable).

@@ -109,9 +109,9 @@ fn polish_from_biased_particles_returns_draws_with_the_targets_moments() {
 
 /// autoMALA is `p`-reversible: forced from the start on the Gaussian, from biased particles, its
 /// draws have the target's means and variances within four Monte Carlo errors of their ESS. On
-/// this smooth target the automatic kernel keeps ChEES-HMC: no chain is stuck.
+/// this smooth target the automatic kernel keeps MALA: no chain is stuck.
 #[test]
-fn auto_mala_draws_have_the_targets_moments_and_auto_keeps_chees_on_a_smooth_target() {
+fn auto_mala_draws_have_the_targets_moments_and_auto_keeps_mala_on_a_smooth_target() {
     let device = flex();
     let (mean, cov) = target();
     let model = Gaussian::new(&mean, &cov, &device).unwrap();
@@ -125,7 +125,7 @@ fn auto_mala_draws_have_the_targets_moments_and_auto_keeps_chees_on_a_smooth_tar
     assert!(r.score_evals >= 2 * 64 * r.steps, "{r:?}");
     assert_target_moments(&to_vec_f64(&run.draws), r.min_ess);
     let auto = polish(&model, &particles, None, &PolishConfig::default(), 11).unwrap().report;
-    assert_eq!(auto.kernel, PolishKernel::Chees, "{auto:?}");
+    assert_eq!(auto.kernel, PolishKernel::Mala, "{auto:?}");
     assert!(auto.stuck_share <= 0.05, "{auto:?}");
 }
 

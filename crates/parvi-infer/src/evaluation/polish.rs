@@ -21,14 +21,18 @@
 //! [`STUCK_ACCEPTANCE`] (a smooth target at one good step leaves hardly any chain there), the
 //! polish step drops what it kept and continues with autoMALA ([`super::auto_mala`]), which picks
 //! every chain's step afresh at every iteration, reversibly, for two or more scores an iteration
-//! instead of one ([`PolishKernel::MalaAuto`]; `kernel` forces any one kernel).
+//! instead of one (`kernel` forces any one kernel).
 //!
 //! Where the posterior is smooth but MALA mixes slowly (a time series, a hierarchical scale,
 //! correlations the Laplace whitening left), ChEES-HMC ([`super::chees`]) moves further per
 //! gradient: all chains in lockstep with one shared, jittered trajectory whose length, step and
-//! metric are adapted across the chains in its warm-up. [`PolishKernel::Auto`] runs MALA's
-//! warm-up and probe first: stuck chains go on with autoMALA, as before; where none is stuck the
-//! chains go on with ChEES-HMC; docs/posteriordb.md has the gradients each kernel needed.
+//! metric are adapted across the chains in its warm-up (`kernel = chees`). It is not the default:
+//! under the stopping rule below the chains need 200 to 300 iterations whatever their kernel
+//! (R-hat, not ESS, binds: 100 chains' split R-hat needs that many draws each), and ChEES's
+//! iterations cost 5 to 16 leapfrog steps, so it spends 2 to 10 times MALA's gradients where MALA
+//! mixes (garch, hmm_example, kidiq, logearn_interaction) and wins where it does not
+//! (eight_schools 2.9 times fewer; gp_pois_regr, where autoMALA ends at its budget 0.11 sd off,
+//! R-hat 1.016 and 0.02 sd): docs/posteriordb.md, "ChEES-HMC in the polish step".
 //!
 //! One convergence rule: the stop watches the same statistics the summary prints, on the same
 //! draws ([`polish_reported`]): the rank-normalised split R-hat (the larger of the draws' and of
@@ -62,15 +66,11 @@ pub const STUCK_SHARE: f64 = 0.05;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PolishKernel {
-    /// MALA's warm-up and probe, then autoMALA where chains are stuck, else ChEES-HMC (module
-    /// docs).
+    /// MALA with one adapted step, switching to autoMALA when chains are stuck (module docs).
     #[default]
     Auto,
     /// MALA with one adapted step.
     Mala,
-    /// MALA, switching to autoMALA when its probe finds chains stuck (the default before
-    /// ChEES-HMC).
-    MalaAuto,
     /// autoMALA from the start of the kept steps.
     AutoMala,
     /// ChEES-HMC ([`super::chees`]) throughout.
@@ -127,7 +127,6 @@ impl PolishKernel {
         match self {
             Self::Auto => "auto",
             Self::Mala => "MALA",
-            Self::MalaAuto => "MALA (auto)",
             Self::AutoMala => "autoMALA",
             Self::Chees => "ChEES-HMC",
         }
@@ -302,7 +301,6 @@ pub fn polish_reported(
         _ => {
             let mut mala = Mala { model, scale: scale.clone(), rng: &mut rng, n, d };
             let (state, h) = mala.adapt(state, h0, config.warmup)?;
-            let auto = config.kernel == PolishKernel::Auto;
             let start = MalaStart {
                 state,
                 scale,
@@ -310,18 +308,9 @@ pub fn polish_reported(
                 evals: n * (1 + config.warmup),
                 warmup: config.warmup,
                 auto_first: config.kernel == PolishKernel::AutoMala,
-                probe: config.kernel == PolishKernel::MalaAuto || auto,
-                handoff: auto,
+                probe: config.kernel == PolishKernel::Auto,
             };
-            match mala_run(model, start, config, &mut rng, &mut monitor)? {
-                MalaEnd::Done(run) => run,
-                MalaEnd::Handoff(start, stuck_share) => {
-                    monitor.clear();
-                    let mut run = chees_run(model, start, config, &mut rng, &mut monitor)?;
-                    run.stuck_share = stuck_share;
-                    run
-                }
-            }
+            mala_run(model, start, config, &mut rng, &mut monitor)?
         }
     };
     let draws = Tensor::from_data(TensorData::new(monitor.kept, [monitor.snapshots * n, d]), &particles.device());
@@ -369,13 +358,6 @@ struct Run {
     evals: usize,
 }
 
-/// How a MALA run ended: done, or handed over to ChEES-HMC after a probe that found no stuck
-/// chain (with the stuck share it found).
-enum MalaEnd {
-    Done(Run),
-    Handoff(MalaStart, f64),
-}
-
 /// Where a run starts: the chains and what the warm-up so far cost.
 struct MalaStart {
     state: MalaState,
@@ -389,14 +371,12 @@ struct MalaStart {
     auto_first: bool,
     /// Probe MALA's first [`PROBE_STEPS`] for stuck chains (and switch to autoMALA).
     probe: bool,
-    /// After a probe that found no stuck chain, hand over to ChEES-HMC.
-    handoff: bool,
 }
 
 impl MalaStart {
     /// The chains as the polish step got them: one score each, no warm-up yet.
     fn fresh(state: MalaState, scale: Tensor<2>, h: f64, n: usize) -> Self {
-        Self { state, scale, h, evals: n, warmup: 0, auto_first: false, probe: false, handoff: false }
+        Self { state, scale, h, evals: n, warmup: 0, auto_first: false, probe: false }
     }
 }
 
@@ -480,17 +460,16 @@ fn chees_warmup(config: &PolishConfig) -> usize {
     (config.warmup / 2).max(8)
 }
 
-/// MALA from `start` (switching to autoMALA where the probe finds stuck chains, or handing over
-/// to ChEES-HMC where it finds none and `handoff` asks) or autoMALA, until the stopping rule or
-/// the budget of `steps` iterations.
+/// MALA from `start` (switching to autoMALA where the probe finds stuck chains) or autoMALA,
+/// until the stopping rule or the budget of `steps` iterations.
 fn mala_run(
     model: &dyn LogDensity,
     start: MalaStart,
     config: &PolishConfig,
     rng: &mut EngineRng,
     monitor: &mut Monitor<'_>,
-) -> Result<MalaEnd, InferError> {
-    let MalaStart { mut state, scale, mut h, mut evals, mut warmup, auto_first, probe, handoff } = start;
+) -> Result<Run, InferError> {
+    let MalaStart { mut state, scale, mut h, mut evals, mut warmup, auto_first, probe } = start;
     let [n, d] = state.0.dims();
     let (mut steps, mut accepted) = (0usize, 0.0);
     let (mut max_rhat, mut min_ess, mut converged) = (f64::INFINITY, 0.0, false);
@@ -538,20 +517,6 @@ fn mala_run(
                 (steps, accepted, next_look) = (0, 0.0, config.check_every);
                 continue;
             }
-            if handoff {
-                let scale = auto.scale.clone();
-                let start = MalaStart {
-                    state,
-                    scale,
-                    h,
-                    evals,
-                    warmup: warmup + PROBE_STEPS,
-                    auto_first: false,
-                    probe: false,
-                    handoff: false,
-                };
-                return Ok(MalaEnd::Handoff(start, stuck_share));
-            }
         }
         monitor.offer(steps, &state)?;
         if steps >= next_look || steps == config.steps {
@@ -565,7 +530,7 @@ fn mala_run(
             }
         }
     }
-    Ok(MalaEnd::Done(Run {
+    Ok(Run {
         kernel,
         warmup,
         steps,
@@ -580,7 +545,7 @@ fn mala_run(
         min_ess,
         converged,
         evals,
-    }))
+    })
 }
 
 /// The kept draws and the quantities the stopping rule watches, thinned together.
