@@ -343,9 +343,9 @@ impl Chees<'_, '_> {
                 g = scored.grad.mask_where(mask2.clone(), g);
                 p = p_new.mask_where(mask2, p);
                 lp = scored.log_prob.mask_where(mask1, lp);
-                for c in 0..n {
-                    if !dead[c] {
-                        h[c] = h_new[c];
+                for ((hc, new), gone) in h.iter_mut().zip(&h_new).zip(&dead) {
+                    if !gone {
+                        *hc = *new;
                     }
                 }
             } else {

@@ -23,16 +23,15 @@
 //! every chain's step afresh at every iteration, reversibly, for two or more scores an iteration
 //! instead of one (`kernel` forces any one kernel).
 //!
-//! Where the posterior is smooth but MALA mixes slowly (a time series, a hierarchical scale,
-//! correlations the Laplace whitening left), ChEES-HMC ([`super::chees`]) moves further per
-//! gradient: all chains in lockstep with one shared, jittered trajectory whose length, step and
-//! metric are adapted across the chains in its warm-up (`kernel = chees`). It is not the default:
-//! under the stopping rule below the chains need 200 to 300 iterations whatever their kernel
-//! (R-hat, not ESS, binds: 100 chains' split R-hat needs that many draws each), and ChEES's
-//! iterations cost 5 to 16 leapfrog steps, so it spends 2 to 10 times MALA's gradients where MALA
-//! mixes (garch, hmm_example, kidiq, logearn_interaction) and wins where it does not
-//! (eight_schools 2.9 times fewer; gp_pois_regr, where autoMALA ends at its budget 0.11 sd off,
-//! R-hat 1.016 and 0.02 sd): docs/posteriordb.md, "ChEES-HMC in the polish step".
+//! ChEES-HMC ([`super::chees`], `kernel = chees`) moves further per iteration: all chains in
+//! lockstep with one shared, jittered trajectory whose length, step and metric are adapted
+//! across the chains in its warm-up. It is not the default: under the stopping rule below the
+//! chains need 200 to 300 iterations whatever their kernel (R-hat, not ESS, binds: 100 chains'
+//! split R-hat needs that many draws each), and a ChEES iteration costs 6 to 23 leapfrog steps
+//! (79 on gp_pois_regr), so it spends 2 to 10 times MALA's gradients where MALA mixes (garch,
+//! hmm_example, kidiq, logearn_interaction) and wins where it does not (eight_schools: 2.9 times
+//! fewer; gp_pois_regr, where autoMALA ends at its budget 0.11 sd off: R-hat 1.016 and 0.02 sd);
+//! docs/posteriordb.md, "ChEES-HMC in the polish step".
 //!
 //! One convergence rule: the stop watches the same statistics the summary prints, on the same
 //! draws ([`polish_reported`]): the rank-normalised split R-hat (the larger of the draws' and of
