@@ -25,8 +25,8 @@
 
 use std::path::Path;
 
-use burn::tensor::Device;
-use parvi_infer::evaluation::{PolishWhen, Summary};
+use burn::tensor::{Device, Tensor};
+use parvi_infer::evaluation::{Loo, PolishWhen, Summary};
 use parvi_infer::{EngineSpec, FitConfig, FitResult, InferError, RunError};
 use parvi_model::program::StanModel;
 use parvi_models::cmdstan::{CmdStanError, Draws, RunInfo, write_atomic};
@@ -72,7 +72,9 @@ pub fn fit_model(
     config: &FitConfig,
     device: &Device,
 ) -> Result<ModelFit, WorkflowError> {
-    let result = parvi_infer::fit(model, spec, config, &mut [], device)?;
+    // The polish step stops on the statistics the summary prints, of the reported quantities.
+    let reported = |x: Tensor<2>| reported_or_nan(model, x);
+    let result = parvi_infer::fit_reported(model, Some(&reported), spec, config, &mut [], device)?;
     let method = spec.method.name().to_string();
     let draws = Draws::of_model(
         model,
@@ -83,16 +85,29 @@ pub fn fit_model(
     )?;
     let mut run = run_info(&result, config, &method, &draws);
     if result.chains.is_some() {
-        run.warnings.extend(summary_warnings(&summarize(&draws, true)?));
+        let extra = summary_warnings(&summarize(&draws, true)?, &run.warnings);
+        run.warnings.extend(extra);
     }
     Ok(ModelFit { result, draws, run })
 }
 
+/// The model's reported quantities `[n, p]` of unconstrained draws, NaN rows where the model
+/// cannot report them (as its log density gives NaN), for the polish step's statistics.
+pub fn reported_or_nan(model: &dyn StanModel, x: Tensor<2>) -> Tensor<2> {
+    let [n, _] = x.dims();
+    let device = x.device();
+    model.reported(x).unwrap_or_else(|_| Tensor::full([n, model.names().len()], f32::NAN, &device))
+}
+
 /// The summary's own verdict on MCMC draws, in Stan's words: every quantity (`lp__` included)
 /// whose rank-normalised split R-hat is above 1.01 is named, so no summary shows one without a
-/// warning.
-pub fn summary_warnings(summary: &Summary) -> Vec<String> {
+/// warning (none is added where the run's `warnings` already speak of R-hat: the polish step
+/// stops on the same statistic, and says so when its budget ran out).
+pub fn summary_warnings(summary: &Summary, warnings_so_far: &[String]) -> Vec<String> {
     let mut warnings = Vec::new();
+    if warnings_so_far.iter().any(|w| w.contains("R-hat")) {
+        return warnings;
+    }
     let over: Vec<String> = summary
         .rows
         .iter()
@@ -112,8 +127,9 @@ pub fn summary_warnings(summary: &Summary) -> Vec<String> {
     warnings
 }
 
-/// Stan's convergence threshold for rank-normalised split R-hat (Vehtari et al. 2021).
-pub const RHAT_LIMIT: f64 = 1.01;
+/// Stan's convergence threshold for rank-normalised split R-hat (Vehtari et al. 2021), the
+/// polish step's.
+pub const RHAT_LIMIT: f64 = parvi_infer::fit::MAX_RHAT;
 
 /// The CSV comments' record of a run: what the draws are, the seed, and every phase's seconds
 /// (the preconditioner's search as warm-up; the engine, its check and the polish step as
@@ -142,14 +158,15 @@ pub fn sampling_seconds(result: &FitResult) -> f64 {
 
 /// What the draws are, in words for the CSV comments and the summary's header.
 fn draws_are(result: &FitResult, config: &FitConfig, method: &str, draws: &Draws) -> String {
-    if result.diagnostics.polish.is_some() {
+    if let Some(polish) = &result.diagnostics.polish {
+        let kernel = polish.kernel.name();
         if config.polish.is_some_and(|p| p.when == PolishWhen::Always) {
             format!(
-                "MALA draws of the polish step, its chains started from the {method} particles (FitConfig::polish = None, or --no-polish, keeps the particles)"
+                "{kernel} draws of the polish step, its chains started from the {method} particles (FitConfig::polish = None, or --no-polish, keeps the particles)"
             )
         } else {
             format!(
-                "MALA draws of the polish step, its chains started from the {method} particles: the diagnostics flagged the particles"
+                "{kernel} draws of the polish step, its chains started from the {method} particles: the diagnostics flagged the particles"
             )
         }
     } else if result.chains.is_some() {
@@ -174,7 +191,39 @@ pub fn summarize(draws: &Draws, mcmc: bool) -> Result<Summary, InferError> {
     }
 }
 
+/// PSIS-LOO (Vehtari, Gelman & Gabry 2017) from the draws' pointwise log-likelihood, the
+/// generated quantity `log_lik` (`log_lik[1]`, ... or a lone `log_lik`), as Stan users write it;
+/// `None` when the draws have none. A weighted particle set is resampled first (with `seed`);
+/// MCMC draws keep their chains for the relative efficiency.
+pub fn loo_of(draws: &Draws, seed: u64) -> Option<Result<Loo, InferError>> {
+    let draws = draws.resampled(seed);
+    let columns: Vec<Vec<f64>> = draws
+        .names()
+        .iter()
+        .filter(|n| *n == "log_lik" || n.starts_with("log_lik["))
+        .filter_map(|n| draws.column(n))
+        .collect();
+    if columns.is_empty() {
+        return None;
+    }
+    // Draws are chain after chain; `loo` reads draw `s` of chain `c` at row `s * chains + c`.
+    let (chains, per) = (draws.chains(), draws.draws_per_chain());
+    let points = columns.len();
+    let mut log_lik = Vec::with_capacity(per * chains * points);
+    for s in 0..per {
+        for c in 0..chains {
+            log_lik.extend(columns.iter().map(|col| col[c * per + s]));
+        }
+    }
+    Some(parvi_infer::evaluation::loo(&log_lik, points, chains))
+}
+
 impl ModelFit {
+    /// PSIS-LOO from the generated `log_lik`, if the model generates one ([`loo_of`]).
+    pub fn loo(&self) -> Option<Result<Loo, InferError>> {
+        loo_of(&self.draws, self.run.seed)
+    }
+
     /// The `stansummary` table of the draws.
     pub fn summary(&self) -> Result<Summary, InferError> {
         summarize(&self.draws, self.result.chains.is_some())

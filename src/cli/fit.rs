@@ -48,7 +48,7 @@ pub struct FitArgs {
     /// Number of particles [default: 100].
     #[arg(long)]
     pub particles: Option<usize>,
-    /// Number of steps [default: 1000].
+    /// Number of steps [default: 2000, the library's `DEFAULT_STEPS`].
     #[arg(long)]
     pub steps: Option<usize>,
     /// Seed of every random choice (initial particles, minibatches, engine noise) [default: 0].
@@ -101,9 +101,10 @@ pub struct FitArgs {
     #[arg(long)]
     #[serde(default)]
     pub quiet: bool,
-    /// Polish every run (the default): continue the stationarity check's MALA chains from a
-    /// particle engine's final particles (step size adapted) until split R-hat <= 1.01 and bulk
-    /// ESS >= 400, or --polish-steps, and return their draws instead of the particles.
+    /// Polish every run (the default): continue the stationarity check's chains from a particle
+    /// engine's final particles (MALA, adapted) until the rank-normalised split R-hat of
+    /// every reported quantity and lp__ is <= 1.01 and its bulk ESS >= 400 (the summary's
+    /// statistics), or --polish-steps, and return their draws instead of the particles.
     #[arg(long, conflicts_with = "no_polish")]
     #[serde(default)]
     pub polish: bool,
@@ -111,11 +112,13 @@ pub struct FitArgs {
     #[arg(long)]
     #[serde(default)]
     pub no_polish: bool,
-    /// The polish step's budget: MALA steps per chain after its warm-up [default: 5000].
+    /// The polish step's budget: gradients per chain after its warm-up (MALA steps, ChEES
+    /// leapfrog steps) [default: 5000].
     #[arg(long)]
     pub polish_steps: Option<usize>,
     /// The polish step's kernel: `auto` (MALA, switching to autoMALA when one step size leaves
-    /// chains stuck), `mala` or `auto-mala` [default: auto].
+    /// chains stuck), `chees` (ChEES-HMC: batched HMC with one adapted, jittered trajectory; fewer
+    /// gradients where MALA mixes slowly), `mala` or `auto-mala` [default: auto].
     #[arg(long, value_name = "KERNEL")]
     pub polish_kernel: Option<String>,
     /// Share the particles among the processes of an MPI job (`mpirun -np K parvi fit ...
@@ -214,6 +217,9 @@ pub struct FitSummary {
     /// rank included); `None` without `--distributed`.
     #[serde(default)]
     pub communication_ms_per_step: Option<f64>,
+    /// PSIS-LOO of the draws, when the model generates a pointwise `log_lik`.
+    #[serde(default)]
+    pub loo: Option<parvi_infer::evaluation::Loo>,
 }
 
 pub fn run(args: FitArgs) -> Result<()> {
@@ -354,7 +360,7 @@ fn run_with(args: FitArgs, collective: Group, user: Option<&UserModel<'_>>) -> R
     let Some(out) = args.out.clone() else { bail!("missing setting `--out DIR`") };
     let method = args.method.clone().unwrap_or_else(|| "svgd".into());
     let n = args.particles.unwrap_or(100);
-    let steps = args.steps.unwrap_or(1000);
+    let steps = args.steps.unwrap_or(parvi_infer::DEFAULT_STEPS);
     let seed = args.seed.unwrap_or(0);
     let lr = args.lr.unwrap_or(0.05);
     let init_std = args.init_std.unwrap_or(1.0);
@@ -449,7 +455,12 @@ fn run_with(args: FitArgs, collective: Group, user: Option<&UserModel<'_>>) -> R
         polish,
         ..FitConfig::default()
     };
-    let result = match parvi_infer::fit(density, &spec, &config, &mut [], &device) {
+    // The polish step stops on the statistics the summary prints, of the reported quantities.
+    let reported = |x: parvi_model::burn::tensor::Tensor<2>| match target.stan_model() {
+        Some(model) => crate::workflow::reported_or_nan(model, x),
+        None => x,
+    };
+    let result = match parvi_infer::fit_reported(density, Some(&reported), &spec, &config, &mut [], &device) {
         Ok(result) => result,
         Err(RunError::Diverged { step, cause, last_finite }) => {
             if lead {
@@ -495,6 +506,7 @@ fn run_with(args: FitArgs, collective: Group, user: Option<&UserModel<'_>>) -> R
         warnings: diagnostics.warnings.clone(),
         ranks: Some(collective.as_ref().map_or(1, |c| c.size())),
         communication_ms_per_step: communication_ms_per_step(&collective, result.steps_run),
+        loo: None,
     };
     // The draws on the constrained scale under Stan's names, and their summary: made before any
     // file is written, so that a failure leaves none behind.
@@ -526,7 +538,13 @@ fn run_with(args: FitArgs, collective: Group, user: Option<&UserModel<'_>>) -> R
     };
     let mut warnings = diagnostics.warnings.clone();
     if mcmc {
-        warnings.extend(crate::workflow::summary_warnings(&stats));
+        warnings.extend(crate::workflow::summary_warnings(&stats, &diagnostics.warnings));
+    }
+    // PSIS-LOO from a generated `log_lik`, its k-hat warnings with the run's.
+    if let Some(loo) = crate::workflow::loo_of(&draws, seed) {
+        let loo = loo?;
+        warnings.extend(loo.warnings.iter().map(|w| format!("PSIS-LOO: {w}")));
+        summary.loo = Some(loo);
     }
     run_info.warnings = warnings.clone();
     summary.warnings = warnings.clone();
@@ -547,6 +565,9 @@ fn run_with(args: FitArgs, collective: Group, user: Option<&UserModel<'_>>) -> R
     }
     println!("{header}\n{}", stats.table());
     println!("{}", summary_footer(&stats));
+    if let Some(loo) = &summary.loo {
+        println!("\nPSIS-LOO from the generated log_lik (Vehtari, Gelman & Gabry 2017):\n{loo}");
+    }
     for w in &warnings {
         eprintln!("warning: {w}");
     }
@@ -665,7 +686,10 @@ pub(crate) fn polish_config(
         Some("auto") => PolishKernel::Auto,
         Some("mala") => PolishKernel::Mala,
         Some("auto-mala") => PolishKernel::AutoMala,
-        Some(other) => bail!("invalid setting `--polish-kernel`: `{other}` is not one of auto, mala, auto-mala"),
+        Some("chees") => PolishKernel::Chees,
+        Some(other) => {
+            bail!("invalid setting `--polish-kernel`: `{other}` is not one of auto, chees, mala, auto-mala")
+        }
     };
     Ok(Some(PolishConfig {
         when: if polish { PolishWhen::Always } else { default.when },

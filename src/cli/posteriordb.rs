@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use parvi_bench::reference::{NutsConfig, nuts_run};
-use parvi_infer::{AdapterConfig, EngineRng, EngineSpec, FitConfig, MethodConfig, Precondition, fit};
+use parvi_infer::{AdapterConfig, EngineRng, EngineSpec, FitConfig, MethodConfig, Precondition, fit_reported};
 use parvi_model::tensor_ops::{matrix_from_vec, to_vec_f64};
 use parvi_model::{BackendKind, LogDensity};
 use parvi_models::posteriordb::compare::{Comparison, compare, compare_moments};
@@ -40,8 +40,8 @@ pub struct PosteriorDbArgs {
     /// Particles per engine.
     #[arg(long, default_value_t = 100)]
     pub particles: usize,
-    /// Engine steps.
-    #[arg(long, default_value_t = 2000)]
+    /// Engine steps (the library's `DEFAULT_STEPS`).
+    #[arg(long, default_value_t = parvi_infer::DEFAULT_STEPS)]
     pub steps: usize,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -61,7 +61,7 @@ pub struct PosteriorDbArgs {
     /// The shared kernel: rbf, imq or rbf-linear (the moment-matching kernel).
     #[arg(long, default_value = "rbf")]
     pub kernel: String,
-    /// Polish every run (the default): continue the stationarity check's MALA chains until they
+    /// Polish every run (the default): continue the stationarity check's chains until they
     /// mix and compare their draws (the polish step; its cost is in the row's seconds and
     /// evaluations).
     #[arg(long, conflicts_with = "no_polish")]
@@ -69,10 +69,10 @@ pub struct PosteriorDbArgs {
     /// Never polish: compare the engine's own answer.
     #[arg(long)]
     pub no_polish: bool,
-    /// The polish step's budget: MALA steps per chain after its warm-up [default: 5000].
+    /// The polish step's budget: gradients per chain after its warm-up [default: 5000].
     #[arg(long)]
     pub polish_steps: Option<usize>,
-    /// The polish step's kernel: auto, mala or auto-mala [default: auto].
+    /// The polish step's kernel: auto, chees, mala or auto-mala [default: auto].
     #[arg(long, value_name = "KERNEL")]
     pub polish_kernel: Option<String>,
     /// A method option (applies to every method run; repeatable).
@@ -118,6 +118,22 @@ pub struct PosteriorDbRow {
     /// Why the row is missing numbers, when the method failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Wall seconds of the default path's phases (engines; NUTS reports none here).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase_seconds: Option<PhaseSeconds>,
+}
+
+/// Where a default-path row's wall time went.
+#[derive(Debug, Serialize)]
+pub struct PhaseSeconds {
+    /// The preconditioner's searches (Laplace, Pathfinder).
+    pub laplace: f64,
+    /// The engine's run.
+    pub run: f64,
+    /// The stationarity check.
+    pub check: f64,
+    /// The polish step.
+    pub polish: f64,
 }
 
 pub fn run(args: PosteriorDbArgs) -> Result<()> {
@@ -287,6 +303,7 @@ impl PosteriorDbRow {
             sd_ratio: Vec::new(),
             diagnostics: None,
             error: Some(format!("{error:#}")),
+            phase_seconds: None,
         }
     }
 }
@@ -302,6 +319,7 @@ fn run_one(
 ) -> Result<PosteriorDbRow> {
     let started = Instant::now();
     let mut diagnostics = None;
+    let mut phase_seconds = None;
     let (reported, weights, score_evals) = if method == NUTS_RS {
         let dim = model.dim();
         let nuts = NutsConfig { tune: args.nuts_tune, draws: args.nuts_draws, seed: args.seed };
@@ -340,9 +358,17 @@ fn run_one(
             )?,
             ..Default::default()
         };
-        let result = fit(model, &spec, &config, &mut [], device)?;
+        // The polish step stops on the reported quantities' statistics, as the summary's.
+        let reported = |x: parvi_model::burn::tensor::Tensor<2>| model.reported(x);
+        let result = fit_reported(model, Some(&reported), &spec, &config, &mut [], device)?;
         let reported = to_vec_f64(&model.reported(result.draws.positions.clone()));
         let weights = result.draws.weights.as_ref().map(to_vec_f64);
+        phase_seconds = Some(PhaseSeconds {
+            laplace: result.laplace_seconds,
+            run: result.seconds,
+            check: result.diagnostics.stationarity.as_ref().map_or(0.0, |s| s.seconds),
+            polish: result.diagnostics.polish.as_ref().map_or(0.0, |p| p.seconds),
+        });
         diagnostics = Some(result.diagnostics);
         (reported, weights, result.density_evals)
     };
@@ -374,5 +400,6 @@ fn run_one(
         sd_ratio: named(&comparison.sd_ratio),
         diagnostics,
         error: None,
+        phase_seconds,
     })
 }

@@ -5,10 +5,14 @@
 mod common;
 
 use common::*;
-use parvi_infer::evaluation::{PolishConfig, PolishKernel, bulk_ess, polish};
-use parvi_infer::{AdapterConfig, EngineRng, EngineSpec, FitConfig, KernelConfig, MethodConfig, Particles, fit};
+use parvi_infer::evaluation::{PolishConfig, PolishKernel, Summary, bulk_ess, polish};
+use parvi_infer::{
+    AdapterConfig, EngineRng, EngineSpec, FitConfig, KernelConfig, MethodConfig, Particles, fit, fit_reported,
+};
+use parvi_model::LogDensity;
 use parvi_model::tensor_ops::{matrix_from_vec, to_vec_f64};
 use parvi_models::Gaussian;
+use parvi_models::posteriordb::{self, ReferenceDraws, compare::compare};
 
 /// A 6-d Gaussian with variances from 0.25 to 4 and one correlated pair.
 fn target() -> (Vec<f64>, Vec<f64>) {
@@ -89,7 +93,8 @@ fn polish_from_biased_particles_returns_draws_with_the_targets_moments() {
     let d = mean.len();
     let model = Gaussian::new(&mean, &cov, &device).unwrap();
     let particles = biased_particles(64, &device);
-    let config = PolishConfig::default();
+    // MALA, whose acceptance adapts to 0.574 (ChEES-HMC's test is below).
+    let config = PolishConfig { kernel: PolishKernel::Mala, ..Default::default() };
     let run = polish(&model, &particles, None, &config, 7).unwrap();
     let r = &run.report;
     assert!(r.converged && r.max_rhat <= 1.01 && r.min_ess >= 400.0, "{r:?}");
@@ -126,8 +131,8 @@ fn auto_mala_draws_have_the_targets_moments_and_auto_keeps_mala_on_a_smooth_targ
 
 /// Neal's funnel in 4 dimensions, `v ~ N(0, 3^2)`, `z_i ~ N(0, e^v)`, from particles spread like
 /// the truth: one MALA step leaves the chains in the neck stuck (it is tuned to the average
-/// chain), the automatic kernel sees it and switches to autoMALA, and `v`'s draws have mean 0 and
-/// sd 3 within 4 Monte Carlo errors of their ESS.
+/// chain), the automatic kernel's probe sees it and switches to autoMALA, and `v`'s
+/// draws have mean 0 and sd 3 within 4 Monte Carlo errors of their ESS.
 #[test]
 fn auto_kernel_switches_to_auto_mala_in_a_funnel_and_gets_its_scale() {
     let device = flex();
@@ -219,4 +224,119 @@ fn bad_polish_settings_are_named() {
     let few = Particles::new(matrix_from_vec(vec![0.0; 8], 4, 2, &device));
     let err = polish(&model, &few, None, &PolishConfig::default(), 0).err().unwrap().to_string();
     assert!(err.contains("particles"), "{err}");
+}
+
+/// ChEES-HMC forced, from biased particles of the correlated 6-d Gaussian: its chains converge and
+/// their draws have the target's means and variances within four Monte Carlo errors of their ESS;
+/// its adapted acceptance sits near its harmonic-mean target (0.651: the arithmetic mean is higher).
+#[test]
+fn chees_polish_draws_have_the_targets_moments() {
+    let device = flex();
+    let (mean, cov) = target();
+    let d = mean.len();
+    let model = Gaussian::new(&mean, &cov, &device).unwrap();
+    let config = PolishConfig { kernel: PolishKernel::Chees, ..Default::default() };
+    let run = polish(&model, &biased_particles(64, &device), None, &config, 5).unwrap();
+    let r = &run.report;
+    assert_eq!(r.kernel, PolishKernel::Chees);
+    assert!(r.converged && r.max_rhat <= 1.01 && r.min_ess >= 400.0, "{r:?}");
+    assert!(r.trajectory_length.is_some_and(|t| t >= r.step_size), "{r:?}");
+    assert!((0.5..0.98).contains(&r.acceptance), "{r:?}");
+    assert!(r.dense_metric, "6 dimensions take the dense metric: {r:?}");
+    assert_eq!(run.draws.dims(), [r.kept * 64, d]);
+    assert_target_moments(&to_vec_f64(&run.draws), r.min_ess);
+}
+
+/// A 10-d Gaussian with neighbours correlated 0.9 and sds from 0.1 to 10, from particles with
+/// the right marginals but no correlation (what a diagonal approximation gives): MALA's diagonal
+/// scale leaves the correlation to its step, ChEES's dense metric from the chains removes it. ChEES
+/// converges with fewer gradients than MALA spends (MALA given 20,000 steps), and its draws have
+/// the target's means and variances within four Monte Carlo errors.
+#[test]
+fn chees_needs_fewer_gradients_than_mala_on_a_correlated_gaussian() {
+    let device = flex();
+    let d = 10;
+    let sd: Vec<f64> = (0..d).map(|j| 0.1 * 100f64.powf(j as f64 / (d - 1) as f64)).collect();
+    let mut cov = vec![0.0; d * d];
+    for i in 0..d {
+        for j in 0..d {
+            cov[i * d + j] = sd[i] * sd[j] * 0.9f64.powi((i as i32 - j as i32).abs());
+        }
+    }
+    let mean = vec![1.0; d];
+    let model = Gaussian::new(&mean, &cov, &device).unwrap();
+    let n = 64;
+    let mut rng = EngineRng::new(9);
+    let rows: Vec<f32> = (0..n * d).map(|i| (mean[i % d] + sd[i % d] * rng.normal()) as f32).collect();
+    let particles = Particles::new(matrix_from_vec(rows, n, d, &device));
+    let chees = PolishConfig { kernel: PolishKernel::Chees, ..Default::default() };
+    let mala = PolishConfig { kernel: PolishKernel::Mala, steps: 20_000, ..Default::default() };
+    let c = polish(&model, &particles, None, &chees, 1).unwrap();
+    let m = polish(&model, &particles, None, &mala, 1).unwrap().report;
+    let r = &c.report;
+    assert!(r.converged && r.dense_metric, "{r:?}");
+    assert!(r.score_evals < m.score_evals, "ChEES {} gradients, MALA {}: {r:?} {m:?}", r.score_evals, m.score_evals);
+    let draws = to_vec_f64(&c.draws);
+    let (got_mean, got_var) = moments(&draws, d);
+    for j in 0..d {
+        let var = cov[j * d + j];
+        assert!((got_mean[j] - mean[j]).abs() < 4.0 * (var / r.min_ess).sqrt(), "mean {j}: {}", got_mean[j]);
+        assert!((got_var[j] / var - 1.0).abs() < 4.0 * (2.0 / r.min_ess).sqrt(), "variance {j}: {}", got_var[j]);
+    }
+}
+
+/// eight_schools (non-centred), the default path with the ChEES polish through `fit_reported`:
+/// every reference mean within four Monte Carlo errors of the polish's ESS (plus three of the
+/// 10,000 reference draws' own, 0.01 sd), every sd within four errors of a variance
+/// (`sqrt(2 / ESS)`, which also covers tau's heavier tail); and one convergence rule: the
+/// summary of the returned draws (the reported quantities and lp__, `Summary::of_chains`) shows
+/// the polish step's own R-hat, so none above 1.01.
+#[test]
+fn chees_polish_gets_eight_schools_right_and_stops_on_the_summarys_rhat() {
+    let Some(dir) = common::posteriordb_dir("polish/eight_schools") else { return };
+    let device = flex();
+    let name = "eight_schools-eight_schools_noncentered";
+    let model = posteriordb::load(name, &dir, &device).unwrap();
+    let reference = ReferenceDraws::load(name, &dir).unwrap();
+    let spec = EngineSpec::new(
+        MethodConfig::default_for("svgd").unwrap(),
+        KernelConfig::default(),
+        AdapterConfig::adagrad(0.05),
+    );
+    let config = FitConfig {
+        polish: Some(PolishConfig { kernel: PolishKernel::Chees, ..Default::default() }),
+        ..Default::default()
+    };
+    let reported = |x| model.reported(x);
+    let result = fit_reported(&model, Some(&reported), &spec, &config, &mut [], &device).unwrap();
+    let p = result.diagnostics.polish.clone().expect("polished");
+    assert!(p.converged && p.kernel == PolishKernel::Chees, "{p:?}");
+    let width = model.param_names().len();
+    let draws = to_vec_f64(&model.reported(result.draws.positions.clone()));
+    let c = compare(reference.values(), &reference.select(&draws, width), reference.params(), None).unwrap();
+    let (mean_tol, sd_tol) = (4.0 / p.min_ess.sqrt() + 0.03, 4.0 * (2.0 / p.min_ess).sqrt());
+    for ((name, e), r) in reference.names().iter().zip(&c.mean_error_sd).zip(&c.sd_ratio) {
+        assert!(e.abs() < mean_tol, "{name}: mean off by {e:.3} sd (tolerance {mean_tol:.3}); {p:?}");
+        assert!((r - 1.0).abs() < sd_tol, "{name}: sd ratio {r:.3} (tolerance {sd_tol:.3}); {p:?}");
+    }
+    // The summary of the same draws: chain after chain, lp__ first, as `parvi fit` prints it.
+    let chains = result.chains.expect("chains");
+    let rows = result.draws.len();
+    let lp = to_vec_f64(&model.log_prob(result.draws.positions.clone(), None));
+    let per = rows / chains;
+    let column = |value: &dyn Fn(usize) -> f64| -> Vec<f64> {
+        (0..chains).flat_map(|ch| (0..per).map(move |s| s * chains + ch)).map(value).collect()
+    };
+    let mut names = vec!["lp__".to_string()];
+    names.extend(model.param_names());
+    let mut columns = vec![column(&|row| lp[row])];
+    for j in 0..width {
+        columns.push(column(&|row| draws[row * width + j]));
+    }
+    let summary = Summary::of_chains(&names, &columns, chains).unwrap();
+    let max_rhat = summary.rows.iter().filter_map(|r| r.rhat).fold(f64::NEG_INFINITY, f64::max);
+    // lp__ here is the model's log density, the polish step's the whitened one: the same up to a
+    // constant, so the same ranks up to f32 rounding.
+    assert!((max_rhat - p.max_rhat).abs() < 2e-3, "summary R-hat {max_rhat}, polish {}", p.max_rhat);
+    assert!(max_rhat <= 1.01 + 2e-3, "{max_rhat}");
 }

@@ -1,15 +1,16 @@
 //! The polish step: when a particle engine ends at a biased fixed point, continue the
-//! stationarity check's batched MALA chains (one per particle) until they have mixed, and let
+//! stationarity check's batched chains (one per particle) until they have mixed, and let
 //! their draws stand for the posterior instead of the particles.
 //!
 //! The chains start where the check's compared chains ended (or at the particles, resampled by
 //! weight, when no check ran), with its proposal scale (the particles' coordinate sds) and its
-//! adapted step. A warm-up re-adapts the step toward MALA's optimal acceptance 0.574 (Roberts &
-//! Rosenthal 1998) while the chains leave the particles' bias behind; its draws are dropped.
-//! Then the step is fixed (the chains are then exactly `p`-reversible) and the draws are kept,
-//! every `check-every` steps the largest split R-hat and the smallest bulk ESS over the
-//! coordinates (Vehtari et al. 2021, [`split_rhat`], [`bulk_ess`]) are computed, and the run stops
-//! once R-hat is at most `rhat` and the ESS at least `ess`, or at the budget of `steps`. Memory
+//! adapted step. With MALA, a warm-up re-adapts the step toward MALA's optimal acceptance 0.574
+//! (Roberts & Rosenthal 1998) while the chains leave the particles' bias behind; its draws are
+//! dropped. Then the step is fixed (the chains are then exactly `p`-reversible) and the draws are
+//! kept, every `check-every` gradients (later every quarter of those spent) the largest
+//! rank-normalised split R-hat and the smallest bulk ESS (Vehtari et al. 2021, [`bulk_ess`]) are
+//! computed, and the run stops once R-hat is at most `rhat` and the ESS at least `ess`, or at
+//! the budget of `steps`. Memory
 //! stays bounded: past [`MAX_KEPT`] draws per chain every other draw is dropped and the thinning
 //! doubles (Geyer's rule of halving a full trace).
 //!
@@ -20,7 +21,21 @@
 //! [`STUCK_ACCEPTANCE`] (a smooth target at one good step leaves hardly any chain there), the
 //! polish step drops what it kept and continues with autoMALA ([`super::auto_mala`]), which picks
 //! every chain's step afresh at every iteration, reversibly, for two or more scores an iteration
-//! instead of one (`kernel` forces either).
+//! instead of one (`kernel` forces any one kernel).
+//!
+//! ChEES-HMC ([`super::chees`], `kernel = chees`) moves further per iteration: all chains in
+//! lockstep with one shared, jittered trajectory whose length, step and metric are adapted
+//! across the chains in its warm-up. It is not the default: under the stopping rule below the
+//! chains need 200 to 300 iterations whatever their kernel (R-hat, not ESS, binds: 100 chains'
+//! split R-hat needs that many draws each), and a ChEES iteration costs 6 to 23 leapfrog steps
+//! (79 on gp_pois_regr), so it spends 2 to 10 times MALA's gradients where MALA mixes (garch,
+//! hmm_example, kidiq, logearn_interaction) and wins where it does not (eight_schools: 2.9 times
+//! fewer; gp_pois_regr, where autoMALA ends at its budget 0.11 sd off: R-hat 1.016 and 0.02 sd);
+//! docs/posteriordb.md, "ChEES-HMC in the polish step".
+//!
+//! One convergence rule: the stop watches the same statistics the summary prints, on the same
+//! draws ([`polish_reported`]): the rank-normalised split R-hat (the larger of the draws' and of
+//! their folded values') and the bulk ESS of every reported quantity and of `lp__`.
 
 use std::time::Instant;
 
@@ -30,8 +45,10 @@ use parvi_model::tensor_ops::to_vec_f32;
 use serde::{Deserialize, Serialize};
 
 use crate::evaluation::auto_mala::AutoMala;
-use crate::evaluation::stationarity::{Mala, MalaChains, chain_start};
-use crate::evaluation::{MIN_PARTICLES, TraceView, bulk_ess, split_rhat};
+use crate::evaluation::chees::{Chees, Metric, leapfrog_steps};
+use crate::evaluation::stationarity::{Mala, MalaChains, MalaState, chain_start};
+use crate::evaluation::summary::{quantile7, rank_rhat};
+use crate::evaluation::{MIN_PARTICLES, TraceView, bulk_ess};
 use crate::{EngineRng, InferError, Particles};
 
 /// Draws kept per chain before the trace is thinned by half.
@@ -55,6 +72,8 @@ pub enum PolishKernel {
     Mala,
     /// autoMALA from the start of the kept steps.
     AutoMala,
+    /// ChEES-HMC ([`super::chees`]) throughout.
+    Chees,
 }
 
 /// When [`crate::fit`] runs the polish step.
@@ -80,7 +99,8 @@ pub enum PolishWhen {
 pub struct PolishConfig {
     /// When it runs.
     pub when: PolishWhen,
-    /// The budget: MALA steps per chain after the warm-up, at most.
+    /// The budget: gradients per chain after the warm-up, at most (MALA steps; autoMALA
+    /// iterations; ChEES leapfrog steps).
     pub steps: usize,
     /// Warm-up steps per chain that adapt the step size (their draws are dropped).
     pub warmup: usize,
@@ -107,6 +127,7 @@ impl PolishKernel {
             Self::Auto => "auto",
             Self::Mala => "MALA",
             Self::AutoMala => "autoMALA",
+            Self::Chees => "ChEES-HMC",
         }
     }
 }
@@ -159,27 +180,42 @@ impl PolishConfig {
 pub struct Polish {
     /// Chains (one per particle, at most `max_chains`).
     pub chains: usize,
-    /// Warm-up steps per chain (MALA's, plus autoMALA's when it took over).
+    /// Warm-up steps per chain (MALA's, plus autoMALA's when it took over; ChEES's leapfrog
+    /// steps).
     pub warmup: usize,
-    /// Steps per chain after the warm-up.
+    /// Steps per chain after the warm-up (ChEES: leapfrog steps, one gradient each).
     pub steps: usize,
+    /// Transitions per chain after the warm-up (MALA, autoMALA: `steps`).
+    #[serde(default)]
+    pub iterations: usize,
     /// Keep every this many steps' draw.
     pub thin: usize,
     /// Draws kept per chain.
     pub kept: usize,
-    /// The kernel the kept draws came from: [`PolishKernel::Mala`] or [`PolishKernel::AutoMala`].
+    /// The kernel the kept draws came from: [`PolishKernel::Mala`], [`PolishKernel::AutoMala`]
+    /// or [`PolishKernel::Chees`].
     pub kernel: PolishKernel,
     /// Share of the chains stuck (mean acceptance below [`STUCK_ACCEPTANCE`]) over the MALA
     /// probe; NaN where no probe ran.
     pub stuck_share: f64,
     /// The fixed step size after the warm-up (in units of the particles' coordinate variances;
-    /// autoMALA's base step, squared).
+    /// autoMALA's base step, squared; ChEES's leapfrog step in its metric's units).
     pub step_size: f64,
+    /// ChEES's adapted trajectory length (in its metric's units); `None` for the other kernels.
+    #[serde(default)]
+    pub trajectory_length: Option<f64>,
+    /// Whether ChEES's metric was the chains' dense covariance (else its diagonal).
+    #[serde(default)]
+    pub dense_metric: bool,
+    /// ChEES's divergent transitions after the warm-up (summed over chains).
+    #[serde(default)]
+    pub divergences: usize,
     /// Mean acceptance probability after the warm-up.
     pub acceptance: f64,
-    /// The largest split R-hat over the coordinates of the kept draws.
+    /// The largest rank-normalised split R-hat of the kept draws over the watched quantities
+    /// (the reported ones, or the chains' coordinates) and `lp__`.
     pub max_rhat: f64,
-    /// The smallest bulk ESS over the coordinates of the kept draws.
+    /// The smallest bulk ESS of the kept draws over the same.
     pub min_ess: f64,
     /// Whether both thresholds were met within the budget.
     pub converged: bool,
@@ -203,13 +239,31 @@ pub struct Polished {
 }
 
 /// Runs the polish step under `model` from the check's `chains` (or from `particles` when no check
-/// ran), seeded by `seed` (see the module docs).
+/// ran), seeded by `seed` (see the module docs); the stopping rule watches the chains'
+/// coordinates and their log density.
 pub fn polish(
     model: &dyn LogDensity,
     particles: &Particles,
     chains: Option<&MalaChains>,
     config: &PolishConfig,
     seed: u64,
+) -> Result<Polished, InferError> {
+    polish_reported(model, particles, chains, config, seed, None)
+}
+
+/// [`polish`] whose stopping rule watches `reported(x)` `[n, p]` (the quantities a summary
+/// reports: [`crate::fit_reported`] maps the chains' whitened coordinates to the model's
+/// constrained parameters) and the chains' log density (`lp__`, up to a constant): the
+/// rank-normalised split R-hat and bulk ESS of every one of them, as the summary computes them
+/// ([`crate::evaluation::Summary::of_chains`]) on the same draws. `None` watches the chains'
+/// own coordinates.
+pub fn polish_reported(
+    model: &dyn LogDensity,
+    particles: &Particles,
+    chains: Option<&MalaChains>,
+    config: &PolishConfig,
+    seed: u64,
+    reported: Option<&dyn Fn(Tensor<2>) -> Tensor<2>>,
 ) -> Result<Polished, InferError> {
     config.validate()?;
     let started = Instant::now();
@@ -239,19 +293,191 @@ pub fn polish(
         (start, n)
     };
     let first = parvi_model::score(model, start.clone(), None)?;
-    let mut mala = Mala { model, scale: scale.clone(), rng: &mut rng, n, d };
-    let (mut state, mut h) = mala.adapt((start, first.log_prob, first.grad), h0, config.warmup)?;
-    let mut evals = n * (1 + config.warmup);
-    let mut warmup = config.warmup;
+    let state = (start, first.log_prob, first.grad);
+    let mut monitor = Monitor::new(n, d, reported);
+    let run = match config.kernel {
+        PolishKernel::Chees => chees_run(model, MalaStart::fresh(state, scale, h0, n), config, &mut rng, &mut monitor)?,
+        _ => {
+            let mut mala = Mala { model, scale: scale.clone(), rng: &mut rng, n, d };
+            let (state, h) = mala.adapt(state, h0, config.warmup)?;
+            let start = MalaStart {
+                state,
+                scale,
+                h,
+                evals: n * (1 + config.warmup),
+                warmup: config.warmup,
+                auto_first: config.kernel == PolishKernel::AutoMala,
+                probe: config.kernel == PolishKernel::Auto,
+            };
+            mala_run(model, start, config, &mut rng, &mut monitor)?
+        }
+    };
+    let draws = Tensor::from_data(TensorData::new(monitor.kept, [monitor.snapshots * n, d]), &particles.device());
+    Ok(Polished {
+        draws,
+        report: Polish {
+            chains: n,
+            warmup: run.warmup,
+            steps: run.steps,
+            iterations: run.iterations,
+            thin: monitor.thin,
+            kept: monitor.snapshots,
+            kernel: run.kernel,
+            stuck_share: run.stuck_share,
+            step_size: run.step_size,
+            trajectory_length: run.trajectory_length,
+            dense_metric: run.dense_metric,
+            divergences: run.divergences,
+            acceptance: run.acceptance,
+            max_rhat: run.max_rhat,
+            min_ess: run.min_ess,
+            converged: run.converged,
+            score_evals: run.evals,
+            from_start: false,
+            seconds: started.elapsed().as_secs_f64(),
+        },
+    })
+}
 
-    let (mut kept, mut thin, mut steps, mut accepted) = (Vec::<f32>::new(), 1usize, 0usize, 0.0);
+/// How a kernel's run ended.
+struct Run {
+    kernel: PolishKernel,
+    warmup: usize,
+    steps: usize,
+    iterations: usize,
+    stuck_share: f64,
+    step_size: f64,
+    trajectory_length: Option<f64>,
+    dense_metric: bool,
+    divergences: usize,
+    acceptance: f64,
+    max_rhat: f64,
+    min_ess: f64,
+    converged: bool,
+    evals: usize,
+}
+
+/// Where a run starts: the chains and what the warm-up so far cost.
+struct MalaStart {
+    state: MalaState,
+    /// `[1, d]` proposal sds.
+    scale: Tensor<2>,
+    /// MALA's step (autoMALA's base step squared).
+    h: f64,
+    evals: usize,
+    warmup: usize,
+    /// Adapt autoMALA (its base step and scale) before its kept iterations.
+    auto_first: bool,
+    /// Probe MALA's first [`PROBE_STEPS`] for stuck chains (and switch to autoMALA).
+    probe: bool,
+}
+
+impl MalaStart {
+    /// The chains as the polish step got them: one score each, no warm-up yet.
+    fn fresh(state: MalaState, scale: Tensor<2>, h: f64, n: usize) -> Self {
+        Self { state, scale, h, evals: n, warmup: 0, auto_first: false, probe: false }
+    }
+}
+
+/// ChEES-HMC ([`super::chees`]): its warm-up, then fixed settings and kept draws until the
+/// stopping rule or the budget (`steps` leapfrog steps per chain, the gradients MALA would spend
+/// in as many steps).
+///
+/// Stuck chains are not looked for here but in MALA's probe before ([`PolishKernel::Auto`]): the
+/// harmonic mean that sets ChEES's step is dominated by the worst chains, so in a funnel it
+/// shrinks the step until the neck's chains accept (the 4-d funnel of `tests/polish.rs`: step
+/// 0.0069, no chain stuck) and the mouth's chains need hundreds of leapfrog steps to move; a share
+/// of stuck chains under one shared step is then no signal.
+fn chees_run(
+    model: &dyn LogDensity,
+    start: MalaStart,
+    config: &PolishConfig,
+    rng: &mut EngineRng,
+    monitor: &mut Monitor<'_>,
+) -> Result<Run, InferError> {
+    let MalaStart { state, scale, h: h0, evals: spent, warmup: warmed, .. } = start;
+    let [n, d] = state.0.dims();
+    // MALA's step `h` is one leapfrog step of size `sqrt(h)` in the same units (the scale's).
+    let eps0 = h0.sqrt();
+    let mut hmc = Chees { model, metric: Metric::Diagonal { sd: scale }, rng, n, d };
+    let mut halton_index = 0u64;
+    // One posterior sd in the metric's units: about the half period (pi/2) of a unit Gaussian
+    // over pi, a length ChEES moves from in a few dozen iterations either way.
+    let (state, tuned) = hmc.warmup(state, eps0, 1.0, chees_warmup(config), &mut halton_index, STUCK_ACCEPTANCE)?;
+    let mut evals = spent + n * tuned.leapfrogs;
+    let warmup = warmed + tuned.leapfrogs;
+    let (eps, trajectory) = (tuned.step_size, tuned.trajectory);
+    let (mut state, mut leapfrogs, mut iterations, mut accepted, mut divergences) = (state, 0usize, 0usize, 0.0, 0);
     let (mut max_rhat, mut min_ess, mut converged) = (f64::INFINITY, 0.0, false);
     let mut next_look = config.check_every;
-    let mut kernel = if config.kernel == PolishKernel::AutoMala { PolishKernel::AutoMala } else { PolishKernel::Mala };
-    let mut probe = (config.kernel == PolishKernel::Auto).then(|| Tensor::<1>::zeros([n], &state.0.device()));
+    while leapfrogs < config.steps {
+        let steps = leapfrog_steps(halton_index, trajectory, eps).min(config.steps - leapfrogs).max(1);
+        halton_index += 1;
+        let (next, tr) = hmc.transition(state, eps, steps, 0.0, false)?;
+        state = next;
+        leapfrogs += steps;
+        iterations += 1;
+        evals += n * steps;
+        accepted += tr.accept.iter().sum::<f64>() / n as f64;
+        divergences += tr.divergent.iter().filter(|&&b| b).count();
+        monitor.offer(iterations, &state)?;
+        // Looks at the same gradient counts as MALA's (every `check_every` gradients at first,
+        // then every quarter of those spent), so both kernels' costs compare at one resolution.
+        if leapfrogs >= next_look || leapfrogs >= config.steps {
+            next_look = leapfrogs + config.check_every.max(leapfrogs / 4);
+            if let Some((r, e)) = monitor.statistic()? {
+                (max_rhat, min_ess) = (r, e);
+                if max_rhat <= config.rhat && min_ess >= config.ess {
+                    converged = true;
+                    break;
+                }
+            }
+        }
+    }
+    Ok(Run {
+        kernel: PolishKernel::Chees,
+        warmup,
+        steps: leapfrogs,
+        iterations,
+        stuck_share: tuned.stuck_share,
+        step_size: eps,
+        trajectory_length: Some(trajectory),
+        dense_metric: hmc.metric.is_dense(),
+        divergences,
+        acceptance: accepted / iterations.max(1) as f64,
+        max_rhat,
+        min_ess,
+        converged,
+        evals,
+    })
+}
+
+/// ChEES's warm-up iterations: half of `warmup` (each costs several gradients where MALA's
+/// costs one, and the chains start from the check's, already near the posterior), at least 8
+/// (two metric windows of 2).
+fn chees_warmup(config: &PolishConfig) -> usize {
+    (config.warmup / 2).max(8)
+}
+
+/// MALA from `start` (switching to autoMALA where the probe finds stuck chains) or autoMALA,
+/// until the stopping rule or the budget of `steps` iterations.
+fn mala_run(
+    model: &dyn LogDensity,
+    start: MalaStart,
+    config: &PolishConfig,
+    rng: &mut EngineRng,
+    monitor: &mut Monitor<'_>,
+) -> Result<Run, InferError> {
+    let MalaStart { mut state, scale, mut h, mut evals, mut warmup, auto_first, probe } = start;
+    let [n, d] = state.0.dims();
+    let (mut steps, mut accepted) = (0usize, 0.0);
+    let (mut max_rhat, mut min_ess, mut converged) = (f64::INFINITY, 0.0, false);
+    let mut next_look = config.check_every;
+    let mut kernel = if auto_first { PolishKernel::AutoMala } else { PolishKernel::Mala };
+    let mut probe = probe.then(|| Tensor::<1>::zeros([n], &state.0.device()));
     let mut stuck_share = f64::NAN;
-    let mut auto = AutoMala { model, scale, rng: mala.rng, n, d };
-    if kernel == PolishKernel::AutoMala {
+    let mut auto = AutoMala { model, scale, rng, n, d };
+    if auto_first {
         let (next, eps0, spent) = auto.adapt(state, h.sqrt(), config.warmup)?;
         (state, h, evals, warmup) = (next, eps0 * eps0, evals + spent, warmup + config.warmup);
     }
@@ -286,22 +512,16 @@ pub fn polish(
                 let (next, eps0, spent) = auto.adapt(state, h.sqrt(), config.warmup)?;
                 (state, h, evals) = (next, eps0 * eps0, evals + spent);
                 warmup += PROBE_STEPS + config.warmup;
-                (kept, thin, steps, accepted, next_look) = (Vec::new(), 1, 0, 0.0, config.check_every);
+                monitor.clear();
+                (steps, accepted, next_look) = (0, 0.0, config.check_every);
                 continue;
             }
         }
-        if steps % thin == 0 {
-            kept.extend(to_vec_f32(&state.0));
-            if kept.len() / (n * d) > MAX_KEPT {
-                kept = halve(&kept, n * d);
-                thin *= 2;
-            }
-        }
+        monitor.offer(steps, &state)?;
         if steps >= next_look || steps == config.steps {
             next_look = steps + config.check_every.max(steps / 4);
-            let snapshots = kept.len() / (n * d);
-            if snapshots >= 4 {
-                (max_rhat, min_ess) = rhat_and_ess(&kept, snapshots, n, d)?;
+            if let Some((r, e)) = monitor.statistic()? {
+                (max_rhat, min_ess) = (r, e);
                 if max_rhat <= config.rhat && min_ess >= config.ess {
                     converged = true;
                     break;
@@ -309,45 +529,113 @@ pub fn polish(
             }
         }
     }
-    let snapshots = kept.len() / (n * d);
-    let draws = Tensor::from_data(TensorData::new(kept, [snapshots * n, d]), &particles.device());
-    Ok(Polished {
-        draws,
-        report: Polish {
-            chains: n,
-            warmup,
-            steps,
-            thin,
-            kept: snapshots,
-            kernel,
-            stuck_share,
-            step_size: h,
-            acceptance: accepted / steps.max(1) as f64,
-            max_rhat,
-            min_ess,
-            converged,
-            score_evals: evals,
-            from_start: false,
-            seconds: started.elapsed().as_secs_f64(),
-        },
+    Ok(Run {
+        kernel,
+        warmup,
+        steps,
+        iterations: steps,
+        stuck_share,
+        step_size: h,
+        trajectory_length: None,
+        dense_metric: false,
+        divergences: 0,
+        acceptance: accepted / steps.max(1) as f64,
+        max_rhat,
+        min_ess,
+        converged,
+        evals,
     })
+}
+
+/// The kept draws and the quantities the stopping rule watches, thinned together.
+struct Monitor<'v> {
+    n: usize,
+    d: usize,
+    reported: Option<&'v dyn Fn(Tensor<2>) -> Tensor<2>>,
+    /// The chains' positions, snapshot-major `[snapshots, n, d]`.
+    kept: Vec<f32>,
+    /// The watched quantities and `lp__`, snapshot-major `[snapshots, n, q]`.
+    watched: Vec<f32>,
+    /// Watched columns per draw (set at the first draw).
+    q: usize,
+    snapshots: usize,
+    thin: usize,
+}
+
+impl<'v> Monitor<'v> {
+    fn new(n: usize, d: usize, reported: Option<&'v dyn Fn(Tensor<2>) -> Tensor<2>>) -> Self {
+        Self { n, d, reported, kept: Vec::new(), watched: Vec::new(), q: 0, snapshots: 0, thin: 1 }
+    }
+
+    /// Keeps the draw of iteration `step` when the thinning takes it; past [`MAX_KEPT`] draws per
+    /// chain every other one is dropped and the thinning doubles (Geyer's rule of halving a full
+    /// trace), so the kept draws stay those of iterations `thin, 2 thin, ...`.
+    fn offer(&mut self, step: usize, state: &MalaState) -> Result<(), InferError> {
+        if step % self.thin != 0 {
+            return Ok(());
+        }
+        let n = self.n;
+        let (x, lp) = (state.0.clone(), state.1.clone());
+        let shown = match self.reported {
+            Some(f) => f(x.clone()),
+            None => x.clone(),
+        };
+        let [rows, p] = shown.dims();
+        if rows != n || (self.q != 0 && self.q != p + 1) {
+            return Err(InferError::setting(
+                "reported",
+                format!(
+                    "the reported quantities of {n} draws came back as [{rows}, {p}] (expected {n} rows, the same columns every time)"
+                ),
+            ));
+        }
+        self.q = p + 1;
+        let both = Tensor::cat(vec![shown, lp.reshape([n, 1])], 1);
+        self.kept.extend(to_vec_f32(&x));
+        self.watched.extend(to_vec_f32(&both));
+        self.snapshots += 1;
+        if self.snapshots > MAX_KEPT {
+            self.kept = halve(&self.kept, n * self.d);
+            self.watched = halve(&self.watched, n * self.q);
+            self.snapshots = self.kept.len() / (n * self.d);
+            self.thin *= 2;
+        }
+        Ok(())
+    }
+
+    /// Drops every draw kept so far.
+    fn clear(&mut self) {
+        (self.kept, self.watched, self.snapshots, self.thin) = (Vec::new(), Vec::new(), 0, 1);
+    }
+
+    /// The largest rank-normalised split R-hat (of the draws and of their distances from the
+    /// median, Vehtari et al. 2021, Sec. 4.2) and the smallest bulk ESS over the watched
+    /// quantities and `lp__`: the summary's statistics ([`super::summary`]) on the same draws;
+    /// NaN counts as failing. `None` before 4 draws per chain.
+    fn statistic(&self) -> Result<Option<(f64, f64)>, InferError> {
+        if self.snapshots < 4 {
+            return Ok(None);
+        }
+        let view = TraceView::new(&self.watched, self.snapshots, self.n, self.q)?;
+        let (mut max_rhat, mut min_ess) = (f64::NEG_INFINITY, f64::INFINITY);
+        for j in 0..self.q {
+            let series = view.series(j);
+            let finite = series.iter().flatten().all(|v| v.is_finite());
+            let (r, e) = if finite {
+                let all: Vec<f64> = series.iter().flatten().copied().collect();
+                (rank_rhat(&series, quantile7(&all, 0.5)), bulk_ess(&series))
+            } else {
+                (f64::NAN, f64::NAN)
+            };
+            max_rhat = if r.is_nan() { f64::INFINITY } else { max_rhat.max(r) };
+            min_ess = if e.is_nan() { 0.0 } else { min_ess.min(e) };
+        }
+        Ok(Some((max_rhat, min_ess)))
+    }
 }
 
 /// Every other snapshot (the 2nd, 4th, ...) of a snapshot-major trace of `row` values per snapshot:
 /// with the thinning doubled, the kept draws stay those of steps `thin, 2 thin, ...`.
 fn halve(kept: &[f32], row: usize) -> Vec<f32> {
     kept.chunks(row).skip(1).step_by(2).flatten().copied().collect()
-}
-
-/// The largest split R-hat and the smallest bulk ESS over the coordinates (NaN counts as failing).
-fn rhat_and_ess(kept: &[f32], snapshots: usize, n: usize, d: usize) -> Result<(f64, f64), InferError> {
-    let view = TraceView::new(kept, snapshots, n, d)?;
-    let (mut max_rhat, mut min_ess) = (f64::NEG_INFINITY, f64::INFINITY);
-    for j in 0..d {
-        let series = view.series(j);
-        let (r, e) = (split_rhat(&series), bulk_ess(&series));
-        max_rhat = if r.is_nan() { f64::INFINITY } else { max_rhat.max(r) };
-        min_ess = if e.is_nan() { 0.0 } else { min_ess.min(e) };
-    }
-    Ok((max_rhat, min_ess))
 }

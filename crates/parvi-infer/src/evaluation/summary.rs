@@ -218,7 +218,7 @@ fn moments(x: &[f64], weights: Option<&[f64]>) -> (f64, f64) {
 
 /// Quantile `p` by linear interpolation between order statistics (Hyndman & Fan's type 7, R's
 /// and numpy's default, which `posterior` and `stansummary` use).
-fn quantile7(x: &[f64], p: f64) -> f64 {
+pub(crate) fn quantile7(x: &[f64], p: f64) -> f64 {
     let mut sorted = x.to_vec();
     sorted.sort_by(f64::total_cmp);
     let h = (sorted.len() - 1) as f64 * p;
@@ -244,7 +244,7 @@ fn weighted_quantile(x: &[f64], w: &[f64], p: f64) -> f64 {
 
 /// Rank-normalised split R-hat: the larger of the rank-normalised draws' split R-hat (location)
 /// and that of the rank-normalised `|x - median|` (scale) (Vehtari et al. 2021, Sec. 4.2).
-fn rank_rhat(chains: &[Vec<f64>], median: f64) -> f64 {
+pub(crate) fn rank_rhat(chains: &[Vec<f64>], median: f64) -> f64 {
     let folded: Vec<Vec<f64>> = chains.iter().map(|c| c.iter().map(|x| (x - median).abs()).collect()).collect();
     split_rhat(&rank_normalise(chains)).max(split_rhat(&rank_normalise(&folded)))
 }
