@@ -474,7 +474,7 @@ fn fuzzed_bench_arguments_end_in_success_or_a_named_error() {
     let posteriordb = std::env::var("PARVI_POSTERIORDB_DIR").unwrap_or_default();
     let posteriordb = vec![
         flag("posterior", 1.0, &["eight_schools", "kidiq", "mesquite", "eight_schools,kidiq", "nope"], HOSTILE_TEXT),
-        flag("method", 1.0, &["svgd", "nuts", "sgld", "mmd-fw", "svgd,nuts", "nope"], HOSTILE_TEXT),
+        flag("method", 1.0, &["svgd", "nuts-rs", "sgld", "mmd-fw", "svgd,nuts-rs", "nope"], HOSTILE_TEXT),
         flag_owned(
             "data-dir",
             0.3,
