@@ -359,7 +359,7 @@ impl Diagnostics {
         }
         if let Some(p) = self.polish.as_ref().filter(|p| !p.converged) {
             self.warnings.push(format!(
-                "the polish step's {} chains did not mix within its budget of {} steps: split R-hat {:.3}, bulk ESS {:.0} (raise --polish-steps)",
+                "the polish step's {} chains did not mix within its budget of {} steps: split R-hat {:.3}, bulk ESS {:.0} (raise PolishConfig::steps, `--polish-steps` on the command line)",
                 p.kernel.name(),
                 p.steps,
                 p.max_rhat,
@@ -411,7 +411,7 @@ fn stationarity_warning(method: &str, s: &Stationarity, coordinates: &str) -> Op
         ))
     } else if s.rejected() && s.log_density_worst() {
         Some(format!(
-            "{method} did not end at the target: {} MALA steps from its particles moved their mean log density by {:+.2} nats (|z| {:.1} > {:.2}, the {}% level; positive: the set was too wide or misplaced, negative: too narrow; of single coordinates, coordinate {}{coordinates} moved most: {:+.2} sd in mean, x{:.2} in sd): the particles sit at a biased fixed point (the polish step continues MALA chains (autoMALA where chains stick) from them until rank-normalised split R-hat <= 1.01 and bulk ESS >= 400 and returns their draws; it runs by default, `--no-polish` skips it)",
+            "{method} did not end at the target: {} MALA steps from its particles moved their mean log density by {:+.2} nats (|z| {:.1} > {:.2}, the {}% level; positive: the set was too wide or misplaced, negative: too narrow; of single coordinates, coordinate {}{coordinates} moved most: {:+.2} sd in mean, x{:.2} in sd): the particles sit at a biased fixed point (the polish step continues MALA chains (autoMALA where chains stick) from them until rank-normalised split R-hat <= 1.01 and bulk ESS >= 400 and returns their draws; it runs by default; `FitConfig::polish = None`, `--no-polish` on the command line, skips it)",
             s.steps,
             s.log_density_shift,
             s.z_log_density,
@@ -423,7 +423,7 @@ fn stationarity_warning(method: &str, s: &Stationarity, coordinates: &str) -> Op
         ))
     } else if s.rejected() {
         Some(format!(
-            "{method} did not end at the target: {} MALA steps from its particles moved coordinate {}{coordinates} by {:+.2} sd in mean and x{:.2} in sd (|z| {:.1} > {:.2}, the {}% level): the particles sit at a biased fixed point (the polish step continues MALA chains (autoMALA where chains stick) from them until rank-normalised split R-hat <= 1.01 and bulk ESS >= 400 and returns their draws; it runs by default, `--no-polish` skips it)",
+            "{method} did not end at the target: {} MALA steps from its particles moved coordinate {}{coordinates} by {:+.2} sd in mean and x{:.2} in sd (|z| {:.1} > {:.2}, the {}% level): the particles sit at a biased fixed point (the polish step continues MALA chains (autoMALA where chains stick) from them until rank-normalised split R-hat <= 1.01 and bulk ESS >= 400 and returns their draws; it runs by default; `FitConfig::polish = None`, `--no-polish` on the command line, skips it)",
             s.steps,
             s.coordinate,
             s.mean_shift_sd,
