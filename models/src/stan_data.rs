@@ -281,7 +281,7 @@ impl StanData {
         value: &Value,
         (shape, labels): (&[usize], &[Option<&str>]),
         index: &mut Vec<usize>,
-        visit: &mut dyn FnMut(&[usize], &Value) -> Result<(), StanDataError>,
+        visit: &mut Visit<'_>,
     ) -> Result<(), StanDataError> {
         let Some((&len, inner)) = shape.split_first() else {
             if let Value::Array(items) = value {
@@ -328,6 +328,9 @@ impl StanData {
         Ok(())
     }
 }
+
+/// What [`StanData::walk`] calls on each element: its 1-based-to-be index and its value.
+type Visit<'v> = dyn FnMut(&[usize], &Value) -> Result<(), StanDataError> + 'v;
 
 /// The size fields that name each axis of `shape`, where it names them.
 fn labels<'a>(shape: &[Len<'a>]) -> Vec<Option<&'a str>> {

@@ -67,11 +67,14 @@ fn fit_writes_stan_names_generated_quantities_and_the_summary() {
     assert!(out.path().join("summary.json").is_file());
 }
 
+/// An edit of a valid data file.
+type Edit = dyn Fn(&mut serde_json::Value);
+
 #[test]
 fn bad_data_is_refused_by_field_and_element_with_nothing_written() {
     let text = std::fs::read_to_string(data_file()).unwrap();
     let good: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let cases: Vec<(&str, Box<dyn Fn(&mut serde_json::Value)>, &str)> = vec![
+    let cases: Vec<(&str, Box<Edit>, &str)> = vec![
         ("missing", Box::new(|d| drop(d.as_object_mut().unwrap().remove("y"))), "field `y` is missing"),
         ("size", Box::new(|d| d["N"] = 61.into()), "field `group`: the array has 60 values but N = 61"),
         ("int", Box::new(|d| d["group"][4] = 2.5.into()), "field `group`, element [5]: expected an integer, found 2.5"),

@@ -145,6 +145,8 @@ impl TrajectoryAdam {
 }
 
 /// The metric `L L^T` (the momentum is `N(0, I)` in `u = L^-1 x`).
+// One metric a polish run, held by value: the dense variant's size costs nothing there.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 pub(crate) enum Metric {
     /// `L = diag(sd)`, `sd` `[1, d]`.

@@ -385,14 +385,20 @@ impl fmt::Display for Loo {
             writeln!(f, "Pareto k diagnostic values:")?;
             writeln!(f, "                         Count Pct.    Min. ESS")?;
             let n = self.points as f64;
-            let bins: [(&str, Box<dyn Fn(f64) -> bool>); 3] = [
-                ("good", Box::new(move |k: f64| k <= t)),
-                ("bad", Box::new(move |k: f64| k > t && k <= 1.0)),
-                ("very bad", Box::new(|k: f64| k > 1.0 || k.is_nan())),
-            ];
+            // The bins of R's table: good (k <= t), bad (t < k <= 1), very bad (k > 1 or NaN).
+            let bin_of = |k: f64| {
+                if k <= t {
+                    0
+                } else if k <= 1.0 {
+                    1
+                } else {
+                    2
+                }
+            };
+            let labels = ["good", "bad", "very bad"];
             let ranges = [format!("(-Inf, {t:.2}]"), format!("   ({t:.2}, 1]"), "   (1, Inf)".to_string()];
-            for ((label, test), range) in bins.iter().zip(&ranges) {
-                let inside: Vec<&LooPoint> = self.pointwise.iter().filter(|p| test(p.pareto_k)).collect();
+            for (bin, (label, range)) in labels.iter().zip(&ranges).enumerate() {
+                let inside: Vec<&LooPoint> = self.pointwise.iter().filter(|p| bin_of(p.pareto_k) == bin).collect();
                 let min_ess = inside.iter().map(|p| p.n_eff).fold(f64::INFINITY, f64::min);
                 let ess =
                     if inside.is_empty() || *label == "very bad" { "--".to_string() } else { format!("{min_ess:.0}") };

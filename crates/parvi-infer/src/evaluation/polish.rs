@@ -571,7 +571,7 @@ impl<'v> Monitor<'v> {
     /// chain every other one is dropped and the thinning doubles (Geyer's rule of halving a full
     /// trace), so the kept draws stay those of iterations `thin, 2 thin, ...`.
     fn offer(&mut self, step: usize, state: &MalaState) -> Result<(), InferError> {
-        if step % self.thin != 0 {
+        if !step.is_multiple_of(self.thin) {
             return Ok(());
         }
         let n = self.n;
