@@ -224,16 +224,7 @@ impl StanData {
     /// A real array, vector, matrix or array of them of any `shape` (outermost first), row-major.
     /// An empty `shape` is a scalar.
     pub fn reals<'a>(&'a self, field: &'a str, shape: &[Len<'a>]) -> Result<Reals<'a>, StanDataError> {
-        let labels = labels(shape);
-        let shape = self.shape(field, shape)?;
-        let mut values = Vec::with_capacity(shape.iter().product());
-        self.walk(field, self.get(field)?, (&shape, &labels), &mut Vec::new(), &mut |index, v| match as_real(v) {
-            Some(x) => {
-                values.push(x);
-                Ok(())
-            }
-            None => Err(self.invalid(field, Some(element(index)), format!("expected a real, found {}", show(v)))),
-        })?;
+        let (shape, values) = self.elements(field, shape, "a real", as_real)?;
         Ok(Reals { data: self, field, shape, values })
     }
 
@@ -244,17 +235,30 @@ impl StanData {
 
     /// An int array of any `shape` (outermost first), row-major.
     pub fn int_array<'a>(&'a self, field: &'a str, shape: &[Len<'a>]) -> Result<Ints<'a>, StanDataError> {
+        let (shape, values) = self.elements(field, shape, "an integer", as_int)?;
+        Ok(Ints { data: self, field, shape, values })
+    }
+
+    /// Every element of `field` against `shape`, each read by `parse` (`what` names the type in
+    /// an error), with the sizes the shape resolved to.
+    fn elements<T>(
+        &self,
+        field: &str,
+        shape: &[Len<'_>],
+        what: &str,
+        parse: fn(&Value) -> Option<T>,
+    ) -> Result<(Vec<usize>, Vec<T>), StanDataError> {
         let labels = labels(shape);
         let shape = self.shape(field, shape)?;
         let mut values = Vec::with_capacity(shape.iter().product());
-        self.walk(field, self.get(field)?, (&shape, &labels), &mut Vec::new(), &mut |index, v| match as_int(v) {
+        self.walk(field, self.get(field)?, (&shape, &labels), &mut Vec::new(), &mut |index, v| match parse(v) {
             Some(x) => {
                 values.push(x);
                 Ok(())
             }
-            None => Err(self.invalid(field, Some(element(index)), format!("expected an integer, found {}", show(v)))),
+            None => Err(self.invalid(field, Some(element(index)), format!("expected {what}, found {}", show(v)))),
         })?;
-        Ok(Ints { data: self, field, shape, values })
+        Ok((shape, values))
     }
 
     /// The sizes of `shape`, reading the size fields it names.

@@ -424,13 +424,9 @@ fn chees_run(
         // Looks at the same gradient counts as MALA's (every `check_every` gradients at first,
         // then every quarter of those spent), so both kernels' costs compare at one resolution.
         if leapfrogs >= next_look || leapfrogs >= config.steps {
-            next_look = leapfrogs + config.check_every.max(leapfrogs / 4);
-            if let Some((r, e)) = monitor.statistic()? {
-                (max_rhat, min_ess) = (r, e);
-                if max_rhat <= config.rhat && min_ess >= config.ess {
-                    converged = true;
-                    break;
-                }
+            if monitor.look(leapfrogs, &mut next_look, config, (&mut max_rhat, &mut min_ess))? {
+                converged = true;
+                break;
             }
         }
     }
@@ -519,13 +515,9 @@ fn mala_run(
         }
         monitor.offer(steps, &state)?;
         if steps >= next_look || steps == config.steps {
-            next_look = steps + config.check_every.max(steps / 4);
-            if let Some((r, e)) = monitor.statistic()? {
-                (max_rhat, min_ess) = (r, e);
-                if max_rhat <= config.rhat && min_ess >= config.ess {
-                    converged = true;
-                    break;
-                }
+            if monitor.look(steps, &mut next_look, config, (&mut max_rhat, &mut min_ess))? {
+                converged = true;
+                break;
             }
         }
     }
@@ -601,6 +593,22 @@ impl<'v> Monitor<'v> {
             self.thin *= 2;
         }
         Ok(())
+    }
+
+    /// A look at the stopping rule after `spent` gradients: the next look is set (every
+    /// `check_every` gradients at first, then every quarter of those spent), the statistics
+    /// stored, and whether they pass returned.
+    fn look(
+        &self,
+        spent: usize,
+        next_look: &mut usize,
+        config: &PolishConfig,
+        (max_rhat, min_ess): (&mut f64, &mut f64),
+    ) -> Result<bool, InferError> {
+        *next_look = spent + config.check_every.max(spent / 4);
+        let Some((r, e)) = self.statistic()? else { return Ok(false) };
+        (*max_rhat, *min_ess) = (r, e);
+        Ok(r <= config.rhat && e >= config.ess)
     }
 
     /// Drops every draw kept so far.
