@@ -423,11 +423,11 @@ fn chees_run(
         monitor.offer(iterations, &state)?;
         // Looks at the same gradient counts as MALA's (every `check_every` gradients at first,
         // then every quarter of those spent), so both kernels' costs compare at one resolution.
-        if leapfrogs >= next_look || leapfrogs >= config.steps {
-            if monitor.look(leapfrogs, &mut next_look, config, (&mut max_rhat, &mut min_ess))? {
-                converged = true;
-                break;
-            }
+        if (leapfrogs >= next_look || leapfrogs >= config.steps)
+            && monitor.look(leapfrogs, &mut next_look, config, (&mut max_rhat, &mut min_ess))?
+        {
+            converged = true;
+            break;
         }
     }
     Ok(Run {
@@ -514,11 +514,11 @@ fn mala_run(
             }
         }
         monitor.offer(steps, &state)?;
-        if steps >= next_look || steps == config.steps {
-            if monitor.look(steps, &mut next_look, config, (&mut max_rhat, &mut min_ess))? {
-                converged = true;
-                break;
-            }
+        if (steps >= next_look || steps == config.steps)
+            && monitor.look(steps, &mut next_look, config, (&mut max_rhat, &mut min_ess))?
+        {
+            converged = true;
+            break;
         }
     }
     Ok(Run {
