@@ -169,25 +169,36 @@ pub(crate) fn halves(chains: &[Vec<f64>]) -> Vec<Vec<f64>> {
 /// The draws of all chains rank-normalised together: `z = Phi^-1((r - 3/8) / (S + 1/4))`, ties
 /// at their mean rank (1-based; Vehtari et al. 2021, eq. 14).
 pub(crate) fn rank_normalise(chains: &[Vec<f64>]) -> Vec<Vec<f64>> {
-    let total: usize = chains.iter().map(Vec::len).sum();
-    let mut order: Vec<(f64, usize, usize)> =
-        chains.iter().enumerate().flat_map(|(c, v)| v.iter().enumerate().map(move |(t, x)| (*x, c, t))).collect();
-    order.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let mut z: Vec<Vec<f64>> = chains.iter().map(|c| vec![0.0; c.len()]).collect();
+    // One flat array and an unstable sort of its indices: the polish step's stopping rule
+    // ranks every watched quantity at every look, and a stable sort of (value, chain, draw)
+    // tuples was most of its time (ties are handled below, so stability buys nothing).
+    let flat: Vec<f64> = chains.iter().flatten().copied().collect();
+    let total = flat.len();
+    let mut order: Vec<u32> = (0..total as u32).collect();
+    order.sort_unstable_by(|&a, &b| flat[a as usize].total_cmp(&flat[b as usize]));
+    let mut z_flat = vec![0.0; total];
     let mut i = 0;
-    while i < order.len() {
+    while i < total {
         let mut j = i;
-        while j + 1 < order.len() && order[j + 1].0 == order[i].0 {
+        while j + 1 < total && flat[order[j + 1] as usize] == flat[order[i] as usize] {
             j += 1;
         }
         let rank = (i + j) as f64 / 2.0 + 1.0;
         let value = crate::evaluation::normal_quantile((rank - 0.375) / (total as f64 + 0.25));
-        for &(_, c, t) in &order[i..=j] {
-            z[c][t] = value;
+        for &k in &order[i..=j] {
+            z_flat[k as usize] = value;
         }
         i = j + 1;
     }
-    z
+    let mut rest = z_flat.as_slice();
+    chains
+        .iter()
+        .map(|c| {
+            let (head, tail) = rest.split_at(c.len());
+            rest = tail;
+            head.to_vec()
+        })
+        .collect()
 }
 
 /// Split R-hat of one coordinate: each chain is cut in halves, and

@@ -219,11 +219,14 @@ fn moments(x: &[f64], weights: Option<&[f64]>) -> (f64, f64) {
 /// Quantile `p` by linear interpolation between order statistics (Hyndman & Fan's type 7, R's
 /// and numpy's default, which `posterior` and `stansummary` use).
 pub(crate) fn quantile7(x: &[f64], p: f64) -> f64 {
-    let mut sorted = x.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let h = (sorted.len() - 1) as f64 * p;
+    // Two selections in O(n) rather than a sort: the summary asks for three quantiles of every
+    // column and the polish step's stopping rule for a median at every look.
+    let mut values = x.to_vec();
+    let h = (values.len() - 1) as f64 * p;
     let (lo, hi) = (h.floor() as usize, h.ceil() as usize);
-    sorted[lo] + (h - h.floor()) * (sorted[hi] - sorted[lo])
+    let (_, &mut low, above) = values.select_nth_unstable_by(lo, f64::total_cmp);
+    let high = if hi > lo { above.iter().copied().min_by(f64::total_cmp).unwrap_or(low) } else { low };
+    low + (h - h.floor()) * (high - low)
 }
 
 /// Quantile `p` of a weighted set: the smallest value whose cumulative normalised weight
