@@ -23,8 +23,8 @@ pub use loo::{
 };
 pub use metrics::{Statistic, ksd_squared, mmd_squared, weighted_mmd_squared};
 pub use polish::{
-    MAX_KEPT, PROBE_STEPS, Polish, PolishConfig, PolishKernel, PolishWhen, Polished, STUCK_ACCEPTANCE, STUCK_SHARE,
-    polish, polish_reported,
+    CHEES_AFTER, MAX_KEPT, PROBE_STEPS, Polish, PolishConfig, PolishKernel, PolishWhen, Polished, STUCK_ACCEPTANCE,
+    STUCK_SHARE, polish, polish_reported,
 };
 pub use stationarity::{
     MIN_ACCEPTANCE, MIN_PARTICLES, MalaChains, MomentShift, Stationarity, StationarityConfig, TARGET_ACCEPTANCE,

@@ -25,7 +25,9 @@
 //!
 //! ChEES-HMC ([`super::chees`], `kernel = chees`) moves further per iteration: all chains in
 //! lockstep with one shared, jittered trajectory whose length, step and metric are adapted
-//! across the chains in its warm-up. It is not the default: under the stopping rule below the
+//! across the chains in its warm-up. The default (`auto`) hands MALA chains that have not met
+//! the stopping rule after [`CHEES_AFTER`] steps to it (MALA's steps then count as warm-up and
+//! its draws are dropped). It does not start with it: under the stopping rule below the
 //! chains need 200 to 300 iterations whatever their kernel (R-hat, not ESS, binds: 100 chains'
 //! split R-hat needs that many draws each), and a ChEES iteration costs 6 to 23 leapfrog steps
 //! (79 on gp_pois_regr), so it spends 2 to 10 times MALA's gradients where MALA mixes (garch,
@@ -51,8 +53,10 @@ use crate::evaluation::summary::{quantile7, rank_rhat};
 use crate::evaluation::{MIN_PARTICLES, TraceView, bulk_ess};
 use crate::{EngineRng, InferError, Particles};
 
-/// Draws kept per chain before the trace is thinned by half.
-pub const MAX_KEPT: usize = 1000;
+/// Draws kept per chain before the trace is thinned by half. With the default 100 chains that is
+/// 12,500 to 25,000 draws: ESS >= 400 needs far fewer, and every look at the stopping rule ranks
+/// all kept draws of every watched quantity (at 1,000 the looks were 90% of eight_schools' fit).
+pub const MAX_KEPT: usize = 250;
 /// Steps after the warm-up over which each chain's MALA acceptance is averaged to see stuck chains.
 pub const PROBE_STEPS: usize = 50;
 /// A chain whose mean acceptance probability over the probe is below this is stuck (MALA tuned
@@ -60,12 +64,19 @@ pub const PROBE_STEPS: usize = 50;
 pub const STUCK_ACCEPTANCE: f64 = 0.1;
 /// More than this share of stuck chains switches [`PolishKernel::Auto`] to autoMALA.
 pub const STUCK_SHARE: f64 = 0.05;
+/// MALA steps after which [`PolishKernel::Auto`] hands chains that have not yet met the
+/// stopping rule to ChEES-HMC. Where MALA mixes it stops within 200 to 800 steps (posteriordb:
+/// 19 of 22 posteriors); past that it is MALA's random walk on a hierarchical or latent scale
+/// (eight_schools 4,522 steps, gp_pois_regr not mixed in 5,000), where ChEES's trajectories need
+/// 1,015 leapfrog steps and mix (docs/posteriordb.md).
+pub const CHEES_AFTER: usize = 1000;
 
 /// The polish step's Markov kernel.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PolishKernel {
-    /// MALA with one adapted step, switching to autoMALA when chains are stuck (module docs).
+    /// MALA with one adapted step, switching to autoMALA when chains are stuck, and to
+    /// ChEES-HMC when they have not mixed after [`CHEES_AFTER`] steps (module docs).
     #[default]
     Auto,
     /// MALA with one adapted step.
@@ -302,14 +313,28 @@ pub fn polish_reported(
             let (state, h) = mala.adapt(state, h0, config.warmup)?;
             let start = MalaStart {
                 state,
-                scale,
+                scale: scale.clone(),
                 h,
                 evals: n * (1 + config.warmup),
                 warmup: config.warmup,
                 auto_first: config.kernel == PolishKernel::AutoMala,
                 probe: config.kernel == PolishKernel::Auto,
             };
-            mala_run(model, start, config, &mut rng, &mut monitor)?
+            let (run, handoff) = mala_run(model, start, config, &mut rng, &mut monitor)?;
+            match handoff {
+                // MALA's steps were ChEES's warm-up start: its draws are dropped, its spent
+                // gradients counted, ChEES adapts afresh from where the chains are.
+                Some(state) => {
+                    monitor.clear();
+                    let start = MalaStart {
+                        evals: run.evals,
+                        warmup: run.warmup + run.steps,
+                        ..MalaStart::fresh(state, scale, run.step_size, n)
+                    };
+                    chees_run(model, start, config, &mut rng, &mut monitor)?
+                }
+                None => run,
+            }
         }
     };
     let draws = Tensor::from_data(TensorData::new(monitor.kept, [monitor.snapshots * n, d]), &particles.device());
@@ -456,14 +481,16 @@ fn chees_warmup(config: &PolishConfig) -> usize {
 }
 
 /// MALA from `start` (switching to autoMALA where the probe finds stuck chains) or autoMALA,
-/// until the stopping rule or the budget of `steps` iterations.
+/// until the stopping rule or the budget of `steps` iterations; with the probe
+/// ([`PolishKernel::Auto`]), MALA chains that have not met the rule after [`CHEES_AFTER`] steps
+/// are returned for ChEES-HMC instead (the second value).
 fn mala_run(
     model: &dyn LogDensity,
     start: MalaStart,
     config: &PolishConfig,
     rng: &mut EngineRng,
     monitor: &mut Monitor<'_>,
-) -> Result<Run, InferError> {
+) -> Result<(Run, Option<MalaState>), InferError> {
     let MalaStart { mut state, scale, mut h, mut evals, mut warmup, auto_first, probe } = start;
     let [n, d] = state.0.dims();
     let (mut steps, mut accepted) = (0usize, 0.0);
@@ -472,6 +499,8 @@ fn mala_run(
     let mut kernel = if auto_first { PolishKernel::AutoMala } else { PolishKernel::Mala };
     let mut probe = probe.then(|| Tensor::<1>::zeros([n], &state.0.device()));
     let mut stuck_share = f64::NAN;
+    let may_hand_off = probe.is_some();
+    let mut handoff = None;
     let mut auto = AutoMala { model, scale, rng, n, d };
     if auto_first {
         let (next, eps0, spent) = auto.adapt(state, h.sqrt(), config.warmup)?;
@@ -514,14 +543,18 @@ fn mala_run(
             }
         }
         monitor.offer(steps, &state)?;
-        if (steps >= next_look || steps == config.steps)
-            && monitor.look(steps, &mut next_look, config, (&mut max_rhat, &mut min_ess))?
-        {
-            converged = true;
-            break;
+        if steps >= next_look || steps == config.steps {
+            if monitor.look(steps, &mut next_look, config, (&mut max_rhat, &mut min_ess))? {
+                converged = true;
+                break;
+            }
+            if may_hand_off && kernel == PolishKernel::Mala && steps >= CHEES_AFTER && steps < config.steps {
+                handoff = Some(state);
+                break;
+            }
         }
     }
-    Ok(Run {
+    let run = Run {
         kernel,
         warmup,
         steps,
@@ -536,7 +569,8 @@ fn mala_run(
         min_ess,
         converged,
         evals,
-    })
+    };
+    Ok((run, handoff))
 }
 
 /// The kept draws and the quantities the stopping rule watches, thinned together.
