@@ -145,7 +145,20 @@ fn fit_killed_three_times_and_resumed_matches_an_uninterrupted_run_bit_for_bit()
     let dir = tempfile::tempdir().unwrap();
     let steps = 3000;
     let steps_s = steps.to_string();
-    let args = ["fit", "--model", "banana", "--particles", "60", "--steps", &steps_s, "--seed", "11", "--quiet"];
+    // `--all-steps`: a run of fixed length on both sides (a checkpointing run never settles early).
+    let args = [
+        "fit",
+        "--model",
+        "banana",
+        "--particles",
+        "60",
+        "--steps",
+        &steps_s,
+        "--seed",
+        "11",
+        "--quiet",
+        "--all-steps",
+    ];
     let runs = interrupted_and_uninterrupted(&args, |_| Vec::new(), steps, 20, dir.path());
     let a = std::fs::read_to_string(runs.reference.join("particles.csv")).unwrap();
     let b = std::fs::read_to_string(runs.interrupted.join("particles.csv")).unwrap();
@@ -184,7 +197,7 @@ fn two_processes_writing_one_out_directory_leave_complete_files() {
     let dir = tempfile::tempdir().unwrap();
     let shared = dir.path().join("shared");
     let args = |seed: &str| {
-        ["fit", "--model", "gaussian", "--particles", "50", "--steps", "400", "--seed", seed, "--quiet"]
+        ["fit", "--model", "gaussian", "--particles", "50", "--steps", "400", "--seed", seed, "--quiet", "--all-steps"]
             .map(str::to_string)
             .to_vec()
     };

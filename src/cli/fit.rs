@@ -48,9 +48,15 @@ pub struct FitArgs {
     /// Number of particles [default: 100].
     #[arg(long)]
     pub particles: Option<usize>,
-    /// Number of steps [default: 2000, the library's `DEFAULT_STEPS`].
+    /// Number of steps, at most: where the polish step follows (the default), the run stops
+    /// earlier once its particles have settled (their means and sds moved less than 0.1 sd over
+    /// 200 steps), unless --all-steps [default: 2000, the library's `DEFAULT_STEPS`].
     #[arg(long)]
     pub steps: Option<usize>,
+    /// Run every one of --steps, even once the particles have settled (FitConfig::settle = None).
+    #[arg(long)]
+    #[serde(default)]
+    pub all_steps: bool,
     /// Seed of every random choice (initial particles, minibatches, engine noise) [default: 0].
     #[arg(long)]
     pub seed: Option<u64>,
@@ -162,6 +168,7 @@ impl FitArgs {
             method: self.method.or(file.method),
             particles: self.particles.or(file.particles),
             steps: self.steps.or(file.steps),
+            all_steps: self.all_steps || file.all_steps,
             seed: self.seed.or(file.seed),
             backend: self.backend.or(file.backend),
             lr: self.lr.or(file.lr),
@@ -193,7 +200,11 @@ pub struct FitSummary {
     pub model: String,
     pub backend: String,
     pub particles: usize,
+    /// Steps the particle run took (fewer than `max_steps` once it settled).
     pub steps: usize,
+    /// The step budget (`--steps`).
+    #[serde(default)]
+    pub max_steps: usize,
     pub seed: u64,
     pub lr: f64,
     pub seconds: f64,
@@ -208,6 +219,10 @@ pub struct FitSummary {
     /// for MCMC engines and targets without a gradient.
     #[serde(default)]
     pub stationarity: Option<parvi_infer::evaluation::Stationarity>,
+    /// The polish step (its kernel, steps, final R-hat and ESS, seconds); absent where it did
+    /// not run.
+    #[serde(default)]
+    pub polish: Option<parvi_infer::evaluation::Polish>,
     /// Convergence warnings (empty when the diagnostics passed).
     pub warnings: Vec<String>,
     /// Processes that shared the particles (1 without `--distributed`).
@@ -453,6 +468,7 @@ fn run_with(args: FitArgs, collective: Group, user: Option<&UserModel<'_>>) -> R
             particles: Some(n),
         },
         polish,
+        settle: if args.all_steps { None } else { FitConfig::default().settle },
         ..FitConfig::default()
     };
     // The polish step stops on the statistics the summary prints, of the reported quantities.
@@ -493,6 +509,7 @@ fn run_with(args: FitArgs, collective: Group, user: Option<&UserModel<'_>>) -> R
         backend: backend.name().into(),
         particles: shown.len(),
         steps: result.steps,
+        max_steps: steps,
         seed,
         lr,
         seconds: result.seconds,
@@ -503,6 +520,7 @@ fn run_with(args: FitArgs, collective: Group, user: Option<&UserModel<'_>>) -> R
         true_cov,
         engine: report,
         stationarity: diagnostics.stationarity.clone(),
+        polish: diagnostics.polish.clone(),
         warnings: diagnostics.warnings.clone(),
         ranks: Some(collective.as_ref().map_or(1, |c| c.size())),
         communication_ms_per_step: communication_ms_per_step(&collective, result.steps_run),

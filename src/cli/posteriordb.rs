@@ -350,6 +350,8 @@ fn run_one(
             precondition,
             check_steps: args.check_steps,
             check_level: args.check_level,
+            // One table row a posterior, not a bar each.
+            progress: false,
             polish: super::fit::polish_config(
                 args.polish,
                 args.no_polish,

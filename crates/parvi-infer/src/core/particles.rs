@@ -96,6 +96,17 @@ impl Particles {
         parvi_model::tensor_ops::to_vec_f64(&cov)
     }
 
+    /// Weighted variance of every coordinate `[dim]`, with the `1/n` convention (the diagonal
+    /// of [`Particles::covariance`] without its `dim x dim` product; a host read).
+    pub fn variances(&self) -> Vec<f64> {
+        let n = self.len();
+        let w = self.weights_or_uniform().reshape([n, 1]);
+        let mean = w.clone().transpose().matmul(self.positions.clone());
+        let centred = self.positions.clone() - mean;
+        let var = (centred.clone() * centred * w).sum_dim(0);
+        parvi_model::tensor_ops::to_vec_f64(&var)
+    }
+
     /// Positions as host rows.
     pub fn to_rows(&self) -> Vec<Vec<f32>> {
         let dim = self.dim();

@@ -108,6 +108,11 @@ pub trait Callback {
     fn every(&self) -> usize;
     /// Called with `step` steps completed and the particles after them; an error stops the run.
     fn on_step(&mut self, step: usize, particles: &Particles) -> Result<(), InferError>;
+    /// Whether the run should stop now, before its step budget (asked after each
+    /// [`Callback::on_step`]; a stop ends the run as a finished one, without error).
+    fn stop(&self) -> bool {
+        false
+    }
 }
 
 /// What a finished run returns.
@@ -372,10 +377,12 @@ impl<'a> Runner<'a> {
                 return Err(RunError::Diverged { step, cause, last_finite: Box::new(previous) });
             }
             self.step += 1;
+            let mut settled = false;
             for cb in callbacks.iter_mut() {
                 let every = cb.every().max(1);
                 if self.step.is_multiple_of(every) {
                     cb.on_step(self.step, &self.particles).map_err(|error| RunError::Failed { step, error })?;
+                    settled |= cb.stop();
                 }
             }
             if let Some(policy) = &self.config.checkpoint
@@ -388,7 +395,7 @@ impl<'a> Runner<'a> {
                 }
             }
             bar.inc(1);
-            if out_of_time {
+            if out_of_time || settled {
                 break;
             }
         }
