@@ -2,7 +2,10 @@
 
 use burn::tensor::{Int, Tensor, TensorData, activation};
 
-use super::special::{ln_gamma, ln_gamma_ratio_tensor, ln_gamma_tensor, log_normal_cdfs, log1m_exp_neg, softplus};
+use super::special::{
+    ln_gamma, ln_gamma_ratio_tensor, ln_gamma_tail, ln_gamma_tensor, ln_inc_beta_tail, log_normal_cdfs, log1m_exp_neg,
+    softplus,
+};
 use super::{LogProb, Param, bad, lift};
 use crate::ModelError;
 use crate::tensor_ops::log_softmax;
@@ -257,6 +260,30 @@ impl<const D: usize> Binomial<D> {
             tc.equal_elem(1.0).expand(shape).bool_and(self.failures.clone().greater_elem(0.0).expand(shape));
         lp.mask_fill(outside.expand(shape).bool_or(zero_but_counts).bool_or(one_but_failures), f32::NEG_INFINITY)
     }
+    /// Stan's `binomial_lcdf(n | N, theta)`: `ln P(Y <= n) = ln(1 - I_theta(n + 1, N - n))`, the
+    /// regularised incomplete beta function's complement computed directly (accurate near
+    /// `theta = 1` as near 0), differentiable in `theta`; `0` where `n = N`. `theta` outside
+    /// `[0, 1]` gives `-inf`.
+    pub fn lcdf(&self, theta: Tensor<D>) -> Tensor<D> {
+        self.cdf(theta, false)
+    }
+
+    /// Stan's `binomial_lccdf(n | N, theta)`: `ln P(Y > n) = ln I_theta(n + 1, N - n)`; `-inf`
+    /// where `n = N`.
+    pub fn lccdf(&self, theta: Tensor<D>) -> Tensor<D> {
+        self.cdf(theta, true)
+    }
+
+    fn cdf(&self, theta: Tensor<D>, upper_tail: bool) -> Tensor<D> {
+        let outside = theta.clone().lower_elem(0.0).bool_or(theta.clone().greater_elem(1.0));
+        // n = N has no second shape (N - n = 0): a placeholder 1, replaced below.
+        let all = self.failures.clone().equal_elem(0.0);
+        let (a, b) = (self.counts.clone().add_scalar(1.0), self.failures.clone().clamp_min(1.0));
+        let out = ln_inc_beta_tail(a, b, theta.clamp(0.0, 1.0), upper_tail);
+        let shape = out.dims();
+        let out = out.mask_fill(all.expand(shape), if upper_tail { f32::NEG_INFINITY } else { 0.0 });
+        out.mask_fill(outside.expand(shape), f32::NEG_INFINITY)
+    }
 }
 
 /// Stan's `beta_binomial`: `counts ~ BetaBinomial(trials, alpha, beta)`:
@@ -314,6 +341,32 @@ impl<const D: usize> NegBinomial2<D> {
     pub fn log_prob(&self, mu: Tensor<D>, phi: impl Into<Param<D>>) -> Result<Tensor<D>, ModelError> {
         let phi = phi.into().check_positive("NegBinomial2", "phi")?;
         self.inner.log_prob(mu.log(), phi)
+    }
+}
+
+/// Stan's `neg_binomial(alpha, beta)`: counts with shape `alpha` and inverse scale `beta`
+/// (mean `alpha / beta`, variance `alpha / beta^2 (beta + 1)`):
+/// `ln C(n + alpha - 1, n) + alpha ln(beta / (1 + beta)) - n ln(1 + beta)`. It is
+/// [`NegBinomial2Log`] at `eta = ln alpha - ln beta`, `phi = alpha`, which keeps its log-gamma
+/// ratio accurate for a large `alpha`.
+#[derive(Clone, Debug)]
+pub struct NegBinomial<const D: usize> {
+    inner: NegBinomial2Log<D>,
+    counts: Tensor<D>,
+}
+
+impl<const D: usize> NegBinomial<D> {
+    /// Counts: whole numbers `>= 0`, otherwise an error naming `counts`.
+    pub fn new(counts: Tensor<D>) -> Result<Self, ModelError> {
+        Ok(Self { inner: NegBinomial2Log::new(counts.clone())?, counts })
+    }
+
+    /// `log p(counts | alpha, beta)` elementwise, broadcast; scalars must be finite and positive.
+    pub fn log_prob(&self, alpha: impl Into<Param<D>>, beta: impl Into<Param<D>>) -> Result<Tensor<D>, ModelError> {
+        let alpha = alpha.into().check_positive("NegBinomial", "alpha")?;
+        let beta = beta.into().check_positive("NegBinomial", "beta")?;
+        let eta = beta.sub_ln_from(alpha.ln().tensor_like(&self.counts));
+        self.inner.log_prob(eta, alpha)
     }
 }
 
@@ -380,6 +433,24 @@ impl<const D: usize> PoissonLog<D> {
         let shape = lp.dims();
         let impossible = zero.expand(shape).bool_and(self.counts.clone().greater_elem(0.0).expand(shape));
         lp.mask_fill(negative.expand(shape).bool_or(impossible), f32::NEG_INFINITY)
+    }
+    /// Stan's `poisson_lcdf(k | lambda)`: `ln P(Y <= k) = ln Q(k + 1, lambda)`, the regularised
+    /// upper incomplete gamma function in log form (accurate far in either tail), differentiable
+    /// in `lambda`; a negative `lambda` gives `-inf`.
+    pub fn lcdf_rate(&self, lambda: Tensor<D>) -> Tensor<D> {
+        self.cdf_rate(lambda, false)
+    }
+
+    /// Stan's `poisson_lccdf(k | lambda)`: `ln P(Y > k) = ln P(k + 1, lambda)`.
+    pub fn lccdf_rate(&self, lambda: Tensor<D>) -> Tensor<D> {
+        self.cdf_rate(lambda, true)
+    }
+
+    fn cdf_rate(&self, lambda: Tensor<D>, lower: bool) -> Tensor<D> {
+        let negative = lambda.clone().lower_elem(0.0);
+        let out = ln_gamma_tail(self.counts.clone().add_scalar(1.0), lambda.clamp_min(0.0), lower);
+        let shape = out.dims();
+        out.mask_fill(negative.expand(shape), f32::NEG_INFINITY)
     }
 }
 
@@ -624,10 +695,14 @@ impl Multinomial {
     }
 
     fn check(&self, name: &'static str, p: &Tensor<3>) -> Result<(usize, usize), ModelError> {
+        self.check_for("Multinomial", name, p)
+    }
+
+    fn check_for(&self, dist: &'static str, name: &'static str, p: &Tensor<3>) -> Result<(usize, usize), ModelError> {
         let [_, m, k] = self.counts.dims();
         let [n, mp, kp] = p.dims();
         if kp != k || (mp != m && mp != 1) {
-            return Err(bad("Multinomial", name, format!("is [{n}, {mp}, {kp}] against {m} rows of {k} counts")));
+            return Err(bad(dist, name, format!("is [{n}, {mp}, {kp}] against {m} rows of {k} counts")));
         }
         Ok((n, m))
     }
@@ -656,5 +731,42 @@ impl Multinomial {
         let (n, m) = self.check("gamma", &gamma)?;
         let terms = self.counts.clone() * log_softmax(gamma, 2);
         Ok(terms.sum_dim(2).reshape([n, m]) + self.log_coef.clone())
+    }
+}
+
+/// Stan's `dirichlet_multinomial(alpha)` over rows of counts `[M, K]` (a multinomial whose
+/// probabilities are Dirichlet-distributed, marginalised): with `N = sum_k y_k` and
+/// `alpha_0 = sum_k alpha_k`, `ln N! - sum_k ln y_k! + ln Gamma(alpha_0) - ln Gamma(alpha_0 + N)
+/// + sum_k [ln Gamma(alpha_k + y_k) - ln Gamma(alpha_k)]`, each log-gamma difference from
+/// [`ln_gamma_ratio_tensor`] (no cancellation where an `alpha` is large; `0` where a count is).
+#[derive(Clone, Debug)]
+pub struct DirichletMultinomial {
+    data: Multinomial,
+    /// `[1, M]`: each row's total `N`.
+    totals: Tensor<2>,
+}
+
+impl DirichletMultinomial {
+    /// Rows of counts `[M, K]`, whole numbers `>= 0`: otherwise an error naming `counts`.
+    pub fn new(counts: Tensor<2>) -> Result<Self, ModelError> {
+        let [m, _] = counts.dims();
+        counts_on_host("DirichletMultinomial", "counts", &counts)?;
+        let totals = counts.clone().sum_dim(1).reshape([1, m]);
+        Ok(Self { data: Multinomial::new(counts)?, totals })
+    }
+
+    /// `log p(y_r | alpha)`: concentrations `alpha` `[n, M, K]` (one per row) or `[n, 1, K]`
+    /// (shared), positive (a model's positive parameter): `[n, M]`.
+    ///
+    /// # Errors
+    /// If `alpha`'s shape does not fit the counts.
+    pub fn log_prob(&self, alpha: Tensor<3>) -> Result<Tensor<2>, ModelError> {
+        let (n, m) = self.data.check_for("DirichletMultinomial", "alpha", &alpha)?;
+        let counts = self.data.counts.clone().cast(alpha.dtype());
+        let [_, mp, _] = alpha.dims();
+        let total_alpha = alpha.clone().sum_dim(2).reshape([n, mp]);
+        let per_category = ln_gamma_ratio_tensor(alpha, counts).sum_dim(2).reshape([n, m]);
+        let totals = self.totals.clone().cast(total_alpha.dtype());
+        Ok(per_category - ln_gamma_ratio_tensor(total_alpha, totals) + self.data.log_coef.clone())
     }
 }
