@@ -17,7 +17,7 @@ use parvi_model::dist::{
     InvWishartCholesky, Laplace, LogLogistic, LogNormal, LogProb, Logistic, MultiNormal, MultiNormalPrec,
     MultiStudentT, Multinomial, NegBinomial, NegBinomial2, NegBinomial2LogGlm, NormalIdGlm, OrderedLogistic,
     OrderedLogisticGlm, OrderedProbit, Pareto, ParetoType2, PoissonLog, PoissonLogGlm, Rayleigh, SkewDoubleExponential,
-    SkewNormal, Uniform, VonMises, Weibull, Wishart, WishartCholesky,
+    SkewNormal, StudentT, Uniform, VonMises, Weibull, Wishart, WishartCholesky,
 };
 use parvi_model::functions::{
     Phi, Phi_approx, binary_log_loss, cumulative_sum, diag_pre_multiply, digamma, expm1, gamma_p, gamma_q, inc_beta,
@@ -1049,16 +1049,10 @@ fn ln_inc_beta_quad(a: f64, b: f64, x: f64) -> (f64, f64) {
         let integral = tanh_sinh(|u, v| u.powf(p - 1.0) * ((1.0 - y) + y * v).powf(q - 1.0));
         p * y.ln() + integral.ln() - lbeta_ref
     };
-    // The side whose integrand's singularity (if any) sits at the end u = 0 of the rule, where
-    // it is exact; the other by the complement (1 - y u) is then bounded away from 0.
+    // The smaller tail directly, the larger as its complement (which then keeps its precision).
     let log1m_exp_ref = |l: f64| if l > -LN_2 { (-l.exp_m1()).ln() } else { (-l.exp()).ln_1p() };
-    if x < 0.5 {
-        let lower = side(a, b, x);
-        (lower, log1m_exp_ref(lower))
-    } else {
-        let upper = side(b, a, 1.0 - x);
-        (log1m_exp_ref(upper), upper)
-    }
+    let (lower, upper) = (side(a, b, x), side(b, a, 1.0 - x));
+    if lower < upper { (lower, log1m_exp_ref(lower)) } else { (log1m_exp_ref(upper), upper) }
 }
 
 /// Checks `f` (a tensor function of `K` argument columns) at `points` against `reference`, and
@@ -1763,4 +1757,70 @@ fn wishart_family_against_two_by_two_densities() {
     assert_eq!(host(&Wishart::new(3.0, t_s()).unwrap().log_prob(not_pd).unwrap()), [f64::NEG_INFINITY]);
     invalid(WishartCholesky::new(0.5, t_ls()), "wishart_cholesky", "nu");
     invalid(InvWishart::new(1.0, t_s()), "inv_wishart", "nu");
+}
+
+#[test]
+fn student_t_batched_cdfs_in_both_tails_with_gradients_in_df() {
+    // P(T > |t|): closed forms for nu = 1 and 2 (written to keep the far tail), else
+    // I_{nu / (nu + t^2)}(nu / 2, 1 / 2) / 2 by quadrature.
+    let ln_far = |t: f64, nu: f64| {
+        let a = t.abs();
+        if nu == 1.0 {
+            ((1.0 / a).atan() / PI).ln()
+        } else if nu == 2.0 {
+            let s = (a * a + 2.0).sqrt();
+            -(s * (s + a)).ln()
+        } else {
+            ln_inc_beta_quad(nu / 2.0, 0.5, nu / (nu + t * t)).0 - LN_2
+        }
+    };
+    let log1m_exp_ref = |l: f64| if l > -LN_2 { (-l.exp_m1()).ln() } else { (-l.exp()).ln_1p() };
+    let lcdf_ref = |[t, nu]: [f64; 2]| if t < 0.0 { ln_far(t, nu) } else { log1m_exp_ref(ln_far(t, nu)) };
+    let lccdf_ref = |[t, nu]: [f64; 2]| if t > 0.0 { ln_far(t, nu) } else { log1m_exp_ref(ln_far(t, nu)) };
+    let mut points = Vec::new();
+    for nu in [1.0, 2.0, 4.5, 30.0] {
+        for t in [-30.0, -2.0, -0.3, 0.7, 5.0, 200.0] {
+            points.push([t, nu]);
+        }
+    }
+    let lcdf = |[t, nu]: [Tensor<1>; 2]| StudentT::<1>::new(nu, 0.0, 1.0).unwrap().lcdf_batched(t);
+    let lccdf = |[t, nu]: [Tensor<1>; 2]| StudentT::<1>::new(nu, 0.0, 1.0).unwrap().lccdf_batched(t);
+    // Gradients in df where the quadrature reference is smooth in it (not the closed forms).
+    let (closed, quad) = points.split_at(12);
+    check_points("student_t_lcdf", closed, lcdf, lcdf_ref, 1e-11, [true, false], 1e-5);
+    check_points("student_t_lccdf", closed, lccdf, lccdf_ref, 1e-11, [true, false], 1e-5);
+    check_points("student_t_lcdf", quad, lcdf, lcdf_ref, 1e-9, [true; 2], 1e-5);
+    check_points("student_t_lccdf", quad, lccdf, lccdf_ref, 1e-9, [true; 2], 1e-5);
+    // At the location: ln 1/2 on both sides for every df, derivative f(0) / (1/2).
+    let d = dev();
+    for nu in [1.0, 4.5] {
+        let f0 = (lgamma_ref((nu + 1.0) / 2.0) - lgamma_ref(nu / 2.0) - 0.5 * (nu * PI).ln()).exp();
+        let st = StudentT::<1>::new(t1(&[nu], &d), 0.0, 1.0).unwrap();
+        close("student_t_lcdf at 0", &host(&st.lcdf_batched(t1(&[0.0], &d))), &[-LN_2], 1e-14, 1.0);
+        let (_, g) = value_and_grad(t1(&[0.0], &d), |t| {
+            StudentT::<1>::new(t1(&[nu], &dev()), 0.0, 1.0).unwrap().lccdf_batched(t)
+        })
+        .unwrap();
+        close("student_t_lccdf slope at 0", &host(&g), &[-2.0 * f0], 1e-12, 0.0);
+        let (_, g) = value_and_grad(t1(&[nu], &d), |nu| {
+            StudentT::<1>::new(nu, 0.0, 1.0).unwrap().lcdf_batched(t1(&[0.0], &dev()))
+        })
+        .unwrap();
+        close("student_t_lcdf df-slope at 0", &host(&g), &[0.0], 0.0, 1e-12);
+    }
+    // Location and scale through t = (x - loc) / scale; the host version agrees.
+    grad_check(
+        "student_t_lccdf in loc, scale",
+        &[0.5, 2.0],
+        |p| {
+            StudentT::<1>::new(3.0, p.clone().narrow(0, 0, 1), p.narrow(0, 1, 1))
+                .unwrap()
+                .lccdf_batched(t1(&[-1.0, 9.0], &dev()))
+        },
+        |p| [-1.0, 9.0].iter().map(|&x| lccdf_ref([(x - p[0]) / p[1], 3.0])).sum(),
+        1e-6,
+    );
+    let host_side = StudentT::<1>::new(3.0, 0.5, 2.0).unwrap().lccdf(9.0).unwrap();
+    let batched = host(&StudentT::<1>::new(3.0, 0.5, 2.0).unwrap().lccdf_batched(t1(&[9.0], &d)))[0];
+    assert!((host_side - batched).abs() < 1e-12, "host {host_side} vs batched {batched}");
 }

@@ -8,9 +8,9 @@ use rand::Rng;
 use rand_distr::Distribution as _;
 
 use super::special::{
-    ln_gamma, ln_gamma_ratio_tensor, ln_gamma_tail, ln_gamma_tensor, ln_inc_beta_tail, log_bessel_i0,
-    log_bessel_i0_host, log_erf, log_erfc, log_erfc_any, log_normal_cdfs, log1m_exp_neg, regularized_incomplete_beta,
-    softplus,
+    host_elementwise, ln_gamma, ln_gamma_ratio_tensor, ln_gamma_tail, ln_gamma_tensor, ln_inc_beta, ln_inc_beta_tail,
+    log_bessel_i0, log_bessel_i0_host, log_erf, log_erfc, log_erfc_any, log_normal_cdfs, log1m_exp_neg,
+    regularized_incomplete_beta, softplus,
 };
 use super::{LN_2PI, LogProb, Param, Sample, bad, draw, lift, scalars};
 use crate::ModelError;
@@ -556,6 +556,62 @@ impl<const D: usize> StudentT<D> {
         let far = 0.5 * two_sided;
         Ok(if t > 0.0 { (1.0 - far, far) } else { (far, 1.0 - far) })
     }
+}
+
+impl<const D: usize> StudentT<D> {
+    /// `ln P(X <= x)` batched over tensors (Stan's `student_t_lcdf`): any of `df`, `loc` and
+    /// `scale` may be a tensor, and the gradient reaches all of them and `x`. With
+    /// `t = (x - loc) / scale`, the far tail `P(T > |t|) = I_w(df / 2, 1 / 2) / 2` with
+    /// `w = df / (df + t^2)`, computed as the complement of `I_{1-w}(1/2, df/2)` so that a small
+    /// `|t|` keeps `1 - w = t^2 / (df + t^2)` exact; both tails in log form (the incomplete beta
+    /// function's host kernel, see [`crate::functions::inc_beta`]); the derivative in `t` is the
+    /// density over the cdf, exact at `t = 0` too. A tensor `df <= 0` gives NaN.
+    pub fn lcdf_batched(&self, x: Tensor<D>) -> Tensor<D> {
+        self.cdf_batched(x, true)
+    }
+
+    /// `ln P(X > x)` batched over tensors (Stan's `student_t_lccdf`); see
+    /// [`StudentT::lcdf_batched`].
+    pub fn lccdf_batched(&self, x: Tensor<D>) -> Tensor<D> {
+        self.cdf_batched(x, false)
+    }
+
+    fn cdf_batched(&self, x: Tensor<D>, lower: bool) -> Tensor<D> {
+        let t = self.scale.divide(self.loc.sub_from(x));
+        let df = self.df.tensor_like(&t);
+        let Ok(out) =
+            host_elementwise::<D, 2, std::convert::Infallible>([t, df], |[t, nu]| Ok(student_t_log_cdf(t, nu, lower)));
+        out
+    }
+}
+
+/// `ln P(T <= t)` (`lower`) or `ln P(T > t)` for Student's t with `nu` degrees of freedom, and
+/// its derivatives in `(t, nu)`, on the host in `f64` (see [`StudentT::lcdf_batched`]).
+fn student_t_log_cdf(t: f64, nu: f64, lower: bool) -> (f64, [f64; 2]) {
+    if nu.is_nan() || nu <= 0.0 || t.is_nan() {
+        return (f64::NAN, [0.0; 2]);
+    }
+    if t.is_infinite() {
+        let below = (t < 0.0) == lower;
+        return (if below { f64::NEG_INFINITY } else { 0.0 }, [0.0; 2]);
+    }
+    let q = t * t + nu;
+    let u = t * t / q;
+    // I_w(nu/2, 1/2) = 1 - I_u(1/2, nu/2): the upper tail of the latter.
+    let beta = ln_inc_beta(0.5, 0.5 * nu, u);
+    let ln_far = beta.ln_upper - std::f64::consts::LN_2;
+    // d ln far / d nu = d/db (1/2) + d/du du/dnu, du/dnu = -t^2 / q^2.
+    let d_far_nu = 0.5 * beta.d_upper[1] - beta.d_upper[2] * t * t / (q * q);
+    let ln_near = if ln_far > -std::f64::consts::LN_2 { (-ln_far.exp_m1()).ln() } else { (-ln_far.exp()).ln_1p() };
+    let d_near_nu = -(ln_far - ln_near).exp() * d_far_nu;
+    // The far tail is the lower one below 0.
+    let (value, d_nu) = if (t < 0.0) == lower { (ln_far, d_far_nu) } else { (ln_near, d_near_nu) };
+    let ln_density = ln_gamma(0.5 * (nu + 1.0))
+        - ln_gamma(0.5 * nu)
+        - 0.5 * (nu * PI).ln()
+        - 0.5 * (nu + 1.0) * (t * t / nu).ln_1p();
+    let d_t = if lower { (ln_density - value).exp() } else { -(ln_density - value).exp() };
+    (value, [d_t, d_nu])
 }
 
 impl<const D: usize> Sample for StudentT<D> {
