@@ -21,8 +21,9 @@ use parvi_model::dist::{
 };
 use parvi_model::functions::{
     Phi, Phi_approx, binary_log_loss, cumulative_sum, diag_pre_multiply, digamma, expm1, gamma_p, gamma_q, inc_beta,
-    inv_Phi, inv_cloglog, inv_logit, lbeta, lchoose, lgamma, log_diff_exp, log_inv_logit, log_sum_exp_pair, log1m,
-    log1m_exp, log1m_inv_logit, log1p_exp, logit, quad_form_diag, softmax, std_normal_lccdf, std_normal_lcdf,
+    inv_Phi, inv_cloglog, inv_logit, lbeta, lchoose, lgamma, lmgamma, log_diff_exp, log_falling_factorial,
+    log_inv_logit, log_inv_logit_diff, log_rising_factorial, log_sum_exp_pair, log1m, log1m_exp, log1m_inv_logit,
+    log1p_exp, logit, quad_form_diag, softmax, std_normal_lccdf, std_normal_lcdf, trigamma,
 };
 use parvi_model::grad::value_and_grad;
 use parvi_model::index::{IndexArray, gather};
@@ -1823,4 +1824,93 @@ fn student_t_batched_cdfs_in_both_tails_with_gradients_in_df() {
     let host_side = StudentT::<1>::new(3.0, 0.5, 2.0).unwrap().lccdf(9.0).unwrap();
     let batched = host(&StudentT::<1>::new(3.0, 0.5, 2.0).unwrap().lccdf_batched(t1(&[9.0], &d)))[0];
     assert!((host_side - batched).abs() < 1e-12, "host {host_side} vs batched {batched}");
+}
+
+#[test]
+fn neg_binomial_2_cdfs_against_sums_of_the_mass_function() {
+    let d = dev();
+    let ln_pmf = |n: f64, mu: f64, phi: f64| {
+        lgamma_ref(n + phi) - lgamma_ref(phi) - lgamma_ref(n + 1.0)
+            + n * (mu / (mu + phi)).ln()
+            + phi * (phi / (mu + phi)).ln()
+    };
+    let log_sum = |terms: Vec<f64>| {
+        let m = terms.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        m + terms.iter().map(|t| (t - m).exp()).sum::<f64>().ln()
+    };
+    let lcdf_ref = |k: f64, mu: f64, phi: f64| log_sum((0..=k as usize).map(|j| ln_pmf(j as f64, mu, phi)).collect());
+    let lccdf_ref = |k: f64, mu: f64, phi: f64| {
+        log_sum((k as usize + 1..k as usize + 3000).map(|j| ln_pmf(j as f64, mu, phi)).collect())
+    };
+    let counts = [0.0, 3.0, 40.0];
+    for (mu, phi) in [(0.05, 2.0), (4.0, 0.7), (30.0, 50.0)] {
+        let nb = NegBinomial2::<1>::new(t1(&counts, &d)).unwrap();
+        let want: Vec<f64> = counts.iter().map(|&k| lcdf_ref(k, mu, phi)).collect();
+        let got = host(&nb.lcdf(t1(&[mu], &d), phi).unwrap());
+        close(&format!("neg_binomial_2_lcdf({mu}, {phi})"), &got, &want, 1e-9, 1.0);
+        let want: Vec<f64> = counts.iter().map(|&k| lccdf_ref(k, mu, phi)).collect();
+        let got = host(&nb.lccdf(t1(&[mu], &d), phi).unwrap());
+        close(&format!("neg_binomial_2_lccdf({mu}, {phi})"), &got, &want, 1e-9, 1.0);
+        grad_check(
+            "neg_binomial_2_lccdf in mu, phi",
+            &[mu, phi],
+            |p| {
+                NegBinomial2::<1>::new(t1(&counts, &dev()))
+                    .unwrap()
+                    .lccdf(p.clone().narrow(0, 0, 1), p.narrow(0, 1, 1))
+                    .unwrap()
+            },
+            |p| counts.iter().map(|&k| lccdf_ref(k, p[0], p[1])).sum(),
+            1e-5,
+        );
+    }
+    invalid(NegBinomial2::<1>::new(t1(&[1.0], &d)).unwrap().lcdf(t1(&[1.0], &d), 0.0), "NegBinomial2", "phi");
+}
+
+#[test]
+fn trigamma_lmgamma_factorials_and_log_inv_logit_diff() {
+    // trigamma(n) = pi^2 / 6 - sum_{k<n} 1/k^2; trigamma(1/2) = pi^2 / 2; elsewhere the series
+    // sum_{k<1000} 1/(x + k)^2 plus the asymptotic tail at x + 1000.
+    let trigamma_ref = |x: f64| {
+        let z = x + 1000.0;
+        (0..1000).map(|k| 1.0 / (x + k as f64).powi(2)).sum::<f64>() + 1.0 / z + 0.5 / (z * z) + 1.0 / (6.0 * z * z * z)
+    };
+    let d = dev();
+    let exact = [PI * PI / 6.0, PI * PI / 6.0 - 1.0 - 0.25, PI * PI / 2.0];
+    close("trigamma exact", &host(&trigamma(t1(&[1.0, 3.0, 0.5], &d))), &exact, 1e-10, 0.0);
+    elementwise("trigamma", &[0.01, 0.3, 2.5, 40.0, 1e4], trigamma, trigamma_ref, 1e-9, true);
+    let lmgamma_ref = |k: usize, x: f64| {
+        (k * (k - 1)) as f64 / 4.0 * PI.ln() + (0..k).map(|j| lgamma_ref(x - j as f64 / 2.0)).sum::<f64>()
+    };
+    elementwise("lmgamma(3, x)", &[1.2, 4.0, 50.0], |x| lmgamma(3, x), |x| lmgamma_ref(3, x), 1e-8, true);
+    let (x, n) = ([3.5, 100.0, 0.2], [2.0, 7.0, 0.0]);
+    let rising: Vec<f64> = x.iter().zip(&n).map(|(&x, &n)| lgamma_ref(x + n) - lgamma_ref(x)).collect();
+    close("log_rising_factorial", &host(&log_rising_factorial(t1(&x, &d), t1(&n, &d))), &rising, 1e-8, 1.0);
+    let falling: Vec<f64> = x.iter().zip(&n).map(|(&x, &n)| lgamma_ref(x + 1.0) - lgamma_ref(x - n + 1.0)).collect();
+    close("log_falling_factorial", &host(&log_falling_factorial(t1(&x, &d), t1(&n, &d))), &falling, 1e-8, 1.0);
+    // ln(inv_logit(x) - inv_logit(y)), in the tails where the difference of probabilities
+    // would round away: both near 1 (x = 40, y = 39), both near 0, and a wide gap.
+    let (xs, ys) = ([40.0, -40.0, 2.0, 0.5, 1.0], [39.0, -41.0, -3.0, 0.5 - 1e-9, 1.0]);
+    let want: Vec<f64> =
+        xs.iter()
+            .zip(&ys)
+            .map(|(&x, &y)| {
+                if x == y {
+                    f64::NEG_INFINITY
+                } else {
+                    x - softplus_ref(x) - softplus_ref(y) + (-(y - x).exp_m1()).ln()
+                }
+            })
+            .collect();
+    close("log_inv_logit_diff", &host(&log_inv_logit_diff(t1(&xs, &d), t1(&ys, &d))), &want, 1e-12, 1.0);
+    // Against the probabilities themselves where they are representable.
+    let direct = (log_inv_logit_ref(2.0).exp() - log_inv_logit_ref(-3.0).exp()).ln();
+    assert!((want[2] - direct).abs() < 1e-14);
+    grad_check(
+        "log_inv_logit_diff",
+        &[2.0, -3.0],
+        |p| log_inv_logit_diff(p.clone().narrow(0, 0, 1), p.narrow(0, 1, 1)),
+        |p| (log_inv_logit_ref(p[0]).exp() - log_inv_logit_ref(p[1]).exp()).ln(),
+        1e-6,
+    );
 }

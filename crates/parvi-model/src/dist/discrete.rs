@@ -323,6 +323,35 @@ impl<const D: usize> BetaBinomial<D> {
     }
 }
 
+impl<const D: usize> NegBinomial2Log<D> {
+    /// Stan's `neg_binomial_2_lcdf(n | e^eta, phi)` on the log-mean scale: `ln P(Y <= n) =
+    /// ln I_p(phi, n + 1)` with `p = phi / (e^eta + phi) = inv_logit(ln phi - eta)`, the
+    /// regularised incomplete beta function in log form, differentiable in `eta` and `phi`.
+    ///
+    /// # Errors
+    /// If a scalar `phi` is not finite and positive.
+    pub fn lcdf(&self, eta: Tensor<D>, phi: impl Into<Param<D>>) -> Result<Tensor<D>, ModelError> {
+        self.cdf(eta, phi.into(), true)
+    }
+
+    /// Stan's `neg_binomial_2_lccdf` on the log-mean scale: `ln P(Y > n) = ln(1 - I_p(phi, n + 1))`,
+    /// computed directly (a far upper tail stays finite).
+    ///
+    /// # Errors
+    /// As [`NegBinomial2Log::lcdf`].
+    pub fn lccdf(&self, eta: Tensor<D>, phi: impl Into<Param<D>>) -> Result<Tensor<D>, ModelError> {
+        self.cdf(eta, phi.into(), false)
+    }
+
+    fn cdf(&self, eta: Tensor<D>, phi: Param<D>, lower: bool) -> Result<Tensor<D>, ModelError> {
+        let phi = phi.check_positive("NegBinomial2Log", "phi")?;
+        // p = inv_logit(ln phi - eta) = exp(-log1p_exp(eta - ln phi)).
+        let p = softplus(phi.sub_ln_from(eta)).neg().exp();
+        let a = phi.tensor_like(&p);
+        Ok(ln_inc_beta_tail(a, self.counts.clone().add_scalar(1.0), p, lower))
+    }
+}
+
 /// Stan's `neg_binomial_2`: counts with mean `mu` and overdispersion `phi` (variance
 /// `mu + mu^2 / phi`), [`NegBinomial2Log`] at `eta = ln mu`.
 #[derive(Clone, Debug)]
@@ -341,6 +370,21 @@ impl<const D: usize> NegBinomial2<D> {
     pub fn log_prob(&self, mu: Tensor<D>, phi: impl Into<Param<D>>) -> Result<Tensor<D>, ModelError> {
         let phi = phi.into().check_positive("NegBinomial2", "phi")?;
         self.inner.log_prob(mu.log(), phi)
+    }
+    /// Stan's `neg_binomial_2_lcdf(n | mu, phi)`: [`NegBinomial2Log::lcdf`] at `eta = ln mu`.
+    ///
+    /// # Errors
+    /// If a scalar `phi` is not finite and positive.
+    pub fn lcdf(&self, mu: Tensor<D>, phi: impl Into<Param<D>>) -> Result<Tensor<D>, ModelError> {
+        self.inner.lcdf(mu.log(), phi.into().check_positive("NegBinomial2", "phi")?)
+    }
+
+    /// Stan's `neg_binomial_2_lccdf(n | mu, phi)`.
+    ///
+    /// # Errors
+    /// If a scalar `phi` is not finite and positive.
+    pub fn lccdf(&self, mu: Tensor<D>, phi: impl Into<Param<D>>) -> Result<Tensor<D>, ModelError> {
+        self.inner.lccdf(mu.log(), phi.into().check_positive("NegBinomial2", "phi")?)
     }
 }
 
