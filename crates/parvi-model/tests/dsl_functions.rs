@@ -1914,3 +1914,40 @@ fn trigamma_lmgamma_factorials_and_log_inv_logit_diff() {
         1e-6,
     );
 }
+
+/// The host kernels behind the incomplete gamma and beta functions read and write tensors of
+/// every backend: flex, ndarray and wgpu (when it has an adapter) give the f64 values and
+/// gradients to f32 precision, particle parameters `[n, 1]` broadcast against data `[1, N]`.
+#[test]
+fn incomplete_function_cdfs_agree_on_every_backend() {
+    let mut backends = vec![BackendKind::Flex, BackendKind::Ndarray];
+    match BackendKind::Wgpu.device() {
+        Ok(_) => backends.push(BackendKind::Wgpu),
+        Err(reason) => {
+            if std::env::var_os("PARVI_REQUIRE_WGPU").is_some() {
+                panic!("PARVI_REQUIRE_WGPU is set but wgpu is unavailable: {reason}");
+            }
+            eprintln!("SKIPPED wgpu: {reason}");
+        }
+    }
+    let (shapes, xs) = ([0.5, 3.0, 30.0], [0.2, 40.0, 5.0, 2.0]);
+    // Reference: f64 on flex; sum over the [3, 4] grid, gradient in the shapes [3, 1].
+    let run = |device: &Device, dtype: DType| {
+        let x = Tensor::<2>::from_data(TensorData::new(xs.to_vec(), [1, 4]).convert_dtype(dtype), (device, dtype));
+        let a = Tensor::<2>::from_data(TensorData::new(shapes.to_vec(), [3, 1]).convert_dtype(dtype), (device, dtype));
+        let (v, g) = value_and_grad(a, |a| {
+            let gamma = Gamma::<2>::new(a.clone(), 1.0).unwrap().lccdf(x.clone());
+            let beta = Beta::<2>::new(a, 2.0).unwrap().lcdf(x.clone().div_scalar(50.0));
+            (gamma + beta).sum_dim(1).reshape([3])
+        })
+        .unwrap();
+        (host(&v), host(&g))
+    };
+    let (want_v, want_g) = run(&dev(), DType::F64);
+    for kind in backends {
+        let device = kind.device().unwrap();
+        let (v, g) = run(&device, DType::F32);
+        close(&format!("{kind:?} values"), &v, &want_v, 1e-5, 1.0);
+        close(&format!("{kind:?} gradients"), &g, &want_g, 1e-4, 1.0);
+    }
+}
