@@ -1951,3 +1951,58 @@ fn incomplete_function_cdfs_agree_on_every_backend() {
         close(&format!("{kind:?} gradients"), &g, &want_g, 1e-4, 1.0);
     }
 }
+
+#[test]
+fn exp_mod_normal_cdfs_in_both_tails() {
+    let d = dev();
+    let (mu, sg, la) = (1.0, 0.7, 2.0);
+    // The cdf Phi(z) - e^(s^2/2 - s z) Phi(z - s), s = lambda sigma, with the f64 normal cdf.
+    let parts = |x: f64, mu: f64, sg: f64, la: f64| {
+        let (z, s) = ((x - mu) / sg, la * sg);
+        let (lp, lq) = ln_phi_ref(z);
+        (lp, lq, 0.5 * s * s - s * z + ln_phi_ref(z - s).0)
+    };
+    let lcdf_ref = |x: f64, mu: f64, sg: f64, la: f64| {
+        let (lp, _, e) = parts(x, mu, sg, la);
+        lp + (-(e - lp).exp_m1()).ln()
+    };
+    let lccdf_ref = |x: f64, mu: f64, sg: f64, la: f64| {
+        let (_, lq, e) = parts(x, mu, sg, la);
+        let m = lq.max(e);
+        m + ((lq - m).exp() + (e - m).exp()).ln()
+    };
+    let emn = ExpModNormal::<1>::new(mu, sg, la).unwrap();
+    let xs = [-6.0, -1.0, 1.0, 3.0, 40.0];
+    let want: Vec<f64> = xs.iter().map(|&x| lcdf_ref(x, mu, sg, la)).collect();
+    close("exp_mod_normal_lcdf", &host(&emn.lcdf(t1(&xs, &d))), &want, 3e-6, 1.0);
+    let want: Vec<f64> = xs.iter().map(|&x| lccdf_ref(x, mu, sg, la)).collect();
+    close("exp_mod_normal_lccdf", &host(&emn.lccdf(t1(&xs, &d))), &want, 3e-7, 1.0);
+    // Both against the density (tested above) by quadrature.
+    let g = grid(-8.0, 1.0, 18_000);
+    let lp = lpdf(&emn, &g);
+    assert!((simpson(&g, &lp).ln() - host(&emn.lcdf(t1(&[1.0], &d)))[0]).abs() < 1e-6);
+    let g = grid(3.0, 40.0, 37_000);
+    assert!((simpson(&g, &lpdf(&emn, &g)).ln() - host(&emn.lccdf(t1(&[3.0], &d)))[0]).abs() < 1e-6);
+    grad_check(
+        "exp_mod_normal_lcdf in mu, sigma, lambda",
+        &[mu, sg, la],
+        |p| {
+            ExpModNormal::<1>::new(p.clone().narrow(0, 0, 1), p.clone().narrow(0, 1, 1), p.narrow(0, 2, 1))
+                .unwrap()
+                .lcdf(t1(&[0.0, 3.0], &dev()))
+        },
+        |p| [0.0, 3.0].iter().map(|&x| lcdf_ref(x, p[0], p[1], p[2])).sum(),
+        1e-5,
+    );
+    grad_check(
+        "exp_mod_normal_lccdf in mu, sigma, lambda",
+        &[mu, sg, la],
+        |p| {
+            ExpModNormal::<1>::new(p.clone().narrow(0, 0, 1), p.clone().narrow(0, 1, 1), p.narrow(0, 2, 1))
+                .unwrap()
+                .lccdf(t1(&[0.0, 3.0, 30.0], &dev()))
+        },
+        |p| [0.0, 3.0, 30.0].iter().map(|&x| lccdf_ref(x, p[0], p[1], p[2])).sum(),
+        1e-5,
+    );
+}
