@@ -1865,6 +1865,14 @@ fn neg_binomial_2_cdfs_against_sums_of_the_mass_function() {
         );
     }
     invalid(NegBinomial2::<1>::new(t1(&[1.0], &d)).unwrap().lcdf(t1(&[1.0], &d), 0.0), "NegBinomial2", "phi");
+    // neg_binomial(alpha, beta) is neg_binomial_2(alpha / beta, alpha).
+    let (alpha, beta) = (2.5, 0.4);
+    let nb = NegBinomial::<1>::new(t1(&counts, &d)).unwrap();
+    let want: Vec<f64> = counts.iter().map(|&k| lcdf_ref(k, alpha / beta, alpha)).collect();
+    close("neg_binomial_lcdf", &host(&nb.lcdf(alpha, beta).unwrap()), &want, 1e-9, 1.0);
+    let want: Vec<f64> = counts.iter().map(|&k| lccdf_ref(k, alpha / beta, alpha)).collect();
+    close("neg_binomial_lccdf", &host(&nb.lccdf(alpha, beta).unwrap()), &want, 1e-9, 1.0);
+    invalid(nb.lcdf(alpha, -1.0), "NegBinomial", "beta");
 }
 
 #[test]

@@ -412,6 +412,32 @@ impl<const D: usize> NegBinomial<D> {
         let eta = beta.sub_ln_from(alpha.ln().tensor_like(&self.counts));
         self.inner.log_prob(eta, alpha)
     }
+
+    /// Stan's `neg_binomial_lcdf(n | alpha, beta)`: `ln I_{beta / (1 + beta)}(alpha, n + 1)`,
+    /// [`NegBinomial2Log::lcdf`] at `eta = ln alpha - ln beta`, `phi = alpha`.
+    ///
+    /// # Errors
+    /// If a scalar `alpha` or `beta` is not finite and positive.
+    pub fn lcdf(&self, alpha: impl Into<Param<D>>, beta: impl Into<Param<D>>) -> Result<Tensor<D>, ModelError> {
+        let (eta, alpha) = self.log_mean(alpha.into(), beta.into())?;
+        self.inner.lcdf(eta, alpha)
+    }
+
+    /// Stan's `neg_binomial_lccdf(n | alpha, beta)`, computed directly (see [`NegBinomial::lcdf`]).
+    ///
+    /// # Errors
+    /// If a scalar `alpha` or `beta` is not finite and positive.
+    pub fn lccdf(&self, alpha: impl Into<Param<D>>, beta: impl Into<Param<D>>) -> Result<Tensor<D>, ModelError> {
+        let (eta, alpha) = self.log_mean(alpha.into(), beta.into())?;
+        self.inner.lccdf(eta, alpha)
+    }
+
+    /// `(ln alpha - ln beta, alpha)`, both checked.
+    fn log_mean(&self, alpha: Param<D>, beta: Param<D>) -> Result<(Tensor<D>, Param<D>), ModelError> {
+        let alpha = alpha.check_positive("NegBinomial", "alpha")?;
+        let beta = beta.check_positive("NegBinomial", "beta")?;
+        Ok((beta.sub_ln_from(alpha.ln().tensor_like(&self.counts)), alpha))
+    }
 }
 
 /// Labels checked on the host to be whole numbers in `{0, 1}`.
