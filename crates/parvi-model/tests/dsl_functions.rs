@@ -2014,3 +2014,48 @@ fn exp_mod_normal_cdfs_in_both_tails() {
         1e-5,
     );
 }
+
+#[test]
+fn beta_binomial_cdfs_against_sums_of_the_mass_function() {
+    let d = dev();
+    let n_trials = 12.0;
+    let lbeta_ref = |x: f64, y: f64| lgamma_ref(x) + lgamma_ref(y) - lgamma_ref(x + y);
+    let ln_pmf =
+        |k: f64, a: f64, b: f64| lchoose_ref(n_trials, k) + lbeta_ref(k + a, n_trials - k + b) - lbeta_ref(a, b);
+    let log_sum = |terms: Vec<f64>| {
+        if terms.is_empty() {
+            return f64::NEG_INFINITY;
+        }
+        let m = terms.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        m + terms.iter().map(|t| (t - m).exp()).sum::<f64>().ln()
+    };
+    let lcdf_ref = |k: f64, a: f64, b: f64| log_sum((0..=k as usize).map(|j| ln_pmf(j as f64, a, b)).collect());
+    let lccdf_ref = |k: f64, a: f64, b: f64| log_sum((k as usize + 1..=12).map(|j| ln_pmf(j as f64, a, b)).collect());
+    let ks = [0.0, 3.0, 11.0, 12.0];
+    for (a, b) in [(0.5, 0.5), (2.0, 30.0), (50.0, 1.5)] {
+        let bb = BetaBinomial::<1>::new(t1(&ks, &d), n_trials).unwrap();
+        let want: Vec<f64> = ks.iter().map(|&k| lcdf_ref(k, a, b)).collect();
+        close(&format!("beta_binomial_lcdf({a}, {b})"), &host(&bb.lcdf(a, b).unwrap()), &want, 1e-9, 1.0);
+        let want: Vec<f64> = ks.iter().map(|&k| lccdf_ref(k, a, b)).collect();
+        close(&format!("beta_binomial_lccdf({a}, {b})"), &host(&bb.lccdf(a, b).unwrap()), &want, 1e-9, 1.0);
+        for (name, lower) in [("lcdf", true), ("lccdf", false)] {
+            grad_check(
+                &format!("beta_binomial_{name} in alpha, beta"),
+                &[a, b],
+                |p| {
+                    let bb = BetaBinomial::<1>::new(t1(&ks[..3], &dev()), n_trials).unwrap();
+                    let (alpha, beta) = (p.clone().narrow(0, 0, 1), p.narrow(0, 1, 1));
+                    if lower { bb.lcdf(alpha, beta).unwrap() } else { bb.lccdf(alpha, beta).unwrap() }
+                },
+                |p| {
+                    ks[..3]
+                        .iter()
+                        .map(|&k| if lower { lcdf_ref(k, p[0], p[1]) } else { lccdf_ref(k, p[0], p[1]) })
+                        .sum()
+                },
+                1e-6,
+            );
+        }
+    }
+    invalid(BetaBinomial::<1>::new(t1(&ks, &d), n_trials).unwrap().lcdf(0.0, 1.0), "BetaBinomial", "alpha");
+}
