@@ -450,19 +450,11 @@ impl MultiNormalPrec {
 }
 
 /// The multivariate log-gamma function `ln Gamma_K(x) = K (K - 1) / 4 ln pi + sum_{j=0}^{K-1}
-/// ln Gamma(x - j / 2)` (Stan's `lmgamma`), for a scalar (on the host) or a tensor.
+/// ln Gamma(x - j / 2)` (Stan's `lmgamma`), for a scalar (on the host) or a tensor
+/// ([`crate::functions::lmgamma`]).
 fn lmgamma_param(k: usize, x: &Param<1>) -> Param<1> {
     let c = 0.25 * (k * k.saturating_sub(1)) as f64 * PI.ln();
-    x.map(
-        |v| c + (0..k).map(|j| ln_gamma(v - 0.5 * j as f64)).sum::<f64>(),
-        |t| {
-            let mut out = ln_gamma_tensor(t.clone()).add_scalar(c);
-            for j in 1..k {
-                out = out + ln_gamma_tensor(t.clone().sub_scalar(0.5 * j as f64));
-            }
-            out
-        },
-    )
+    x.map(|v| c + (0..k).map(|j| ln_gamma(v - 0.5 * j as f64)).sum::<f64>(), |t| crate::functions::lmgamma(k, t))
 }
 
 /// `K ln 2 (1 - nu / 2) - ln Gamma_K(nu / 2)`, the Wishart family's normalising constant with
@@ -616,8 +608,10 @@ wishart_cholesky_type!(
     "wishart_cholesky",
     WishartKind::Wishart,
     "Stan's `wishart_cholesky(L_W | nu, L_S)`: the density of the lower Cholesky factor `L_W` of \
-     a Wishart matrix `W = L_W L_W^T ~ wishart(nu, L_S L_S^T)` (see `WishartFamily`'s formula in \
-     the source: Stan math's `wishart_cholesky_lpdf`)."
+     a Wishart matrix `W = L_W L_W^T ~ wishart(nu, L_S L_S^T)`, `K ln 2 (1 - nu/2) - \
+     ln Gamma_K(nu/2) - |L_S^-1 L_W|_F^2 / 2 - nu sum_i ln (L_S)_ii + sum_i (nu - 1 - i) \
+     ln (L_W)_ii` (0-based `i`; Stan math's `wishart_cholesky_lpdf`), from one batched \
+     triangular solve."
 );
 
 wishart_cholesky_type!(
@@ -625,8 +619,9 @@ wishart_cholesky_type!(
     "inv_wishart_cholesky",
     WishartKind::Inverse,
     "Stan's `inv_wishart_cholesky(L_W | nu, L_S)`: the density of the lower Cholesky factor \
-     `L_W` of an inverse-Wishart matrix `W = L_W L_W^T ~ inv_wishart(nu, L_S L_S^T)` (Stan math's \
-     `inv_wishart_cholesky_lpdf`)."
+     `L_W` of an inverse-Wishart matrix `W = L_W L_W^T ~ inv_wishart(nu, L_S L_S^T)`, \
+     `K ln 2 (1 - nu/2) - ln Gamma_K(nu/2) - |L_W^-1 L_S|_F^2 / 2 + nu sum_i ln (L_S)_ii - \
+     sum_i (nu + 1 + i) ln (L_W)_ii` (Stan math's `inv_wishart_cholesky_lpdf`)."
 );
 
 macro_rules! wishart_type {
