@@ -343,6 +343,14 @@ pub fn quad_form(a: Tensor<3>, b: Tensor<3>) -> Tensor<3> {
     b.clone().swap_dims(1, 2).matmul(a.matmul(b))
 }
 
+/// Stan's `trace_quad_form(a, b) = tr(b^T a b)` for a batch: `a` `[n, K, K]`, `b` `[n, K, M]`:
+/// `[n]`, as `sum_ij b_ij (a b)_ij` (no `M x M` product formed).
+pub fn trace_quad_form(a: Tensor<3>, b: Tensor<3>) -> Tensor<1> {
+    let ab = a.matmul(b.clone());
+    let n = ab.dims()[0];
+    (ab * b).sum_dim(2).sum_dim(1).reshape([n])
+}
+
 /// Stan's `rows_dot_product(a, b)`: the dot product of each row pair along the last axis,
 /// keeping it with size 1 (`[n, N, K]` -> `[n, N, 1]`).
 pub fn rows_dot_product<const D: usize>(a: Tensor<D>, b: Tensor<D>) -> Tensor<D> {

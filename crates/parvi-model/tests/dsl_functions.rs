@@ -14,16 +14,16 @@ use parvi_model::burn::tensor::{DType, Device, Tensor, TensorData};
 use parvi_model::dist::{
     BernoulliLogit, BernoulliLogitGlm, Beta, BetaBinomial, Binomial, BinomialLogitGlm, CategoricalLogit,
     CategoricalLogitGlm, DirichletMultinomial, ExpModNormal, Frechet, Gamma, Gumbel, InvGamma, InvWishart,
-    InvWishartCholesky, Laplace, LogLogistic, LogNormal, LogProb, Logistic, MultiNormal, MultiNormalPrec,
-    MultiStudentT, Multinomial, NegBinomial, NegBinomial2, NegBinomial2LogGlm, NormalIdGlm, OrderedLogistic,
-    OrderedLogisticGlm, OrderedProbit, Pareto, ParetoType2, PoissonLog, PoissonLogGlm, Rayleigh, SkewDoubleExponential,
-    SkewNormal, StudentT, Uniform, VonMises, Weibull, Wishart, WishartCholesky,
+    InvWishartCholesky, Laplace, LkjCorr, LkjCorrCholesky, LogLogistic, LogNormal, LogProb, Logistic, MultiNormal,
+    MultiNormalPrec, MultiStudentT, Multinomial, NegBinomial, NegBinomial2, NegBinomial2LogGlm, NormalIdGlm,
+    OrderedLogistic, OrderedLogisticGlm, OrderedProbit, Pareto, ParetoType2, PoissonLog, PoissonLogGlm, Rayleigh,
+    SkewDoubleExponential, SkewNormal, StudentT, Uniform, VonMises, Weibull, Wishart, WishartCholesky,
 };
 use parvi_model::functions::{
     Phi, Phi_approx, binary_log_loss, cumulative_sum, diag_pre_multiply, digamma, expm1, gamma_p, gamma_q, inc_beta,
     inv_Phi, inv_cloglog, inv_logit, lbeta, lchoose, lgamma, lmgamma, log_diff_exp, log_falling_factorial,
     log_inv_logit, log_inv_logit_diff, log_rising_factorial, log_sum_exp_pair, log1m, log1m_exp, log1m_inv_logit,
-    log1p_exp, logit, quad_form_diag, softmax, std_normal_lccdf, std_normal_lcdf, trigamma,
+    log1p_exp, logit, quad_form_diag, softmax, std_normal_lccdf, std_normal_lcdf, trace_quad_form, trigamma,
 };
 use parvi_model::grad::value_and_grad;
 use parvi_model::index::{IndexArray, gather};
@@ -2058,4 +2058,52 @@ fn beta_binomial_cdfs_against_sums_of_the_mass_function() {
         }
     }
     invalid(BetaBinomial::<1>::new(t1(&ks, &d), n_trials).unwrap().lcdf(0.0, 1.0), "BetaBinomial", "alpha");
+}
+
+#[test]
+fn lkj_corr_against_the_beta_form_and_the_cholesky_density() {
+    let d = dev();
+    // K = 2: (r + 1) / 2 ~ beta(eta, eta), so p(r) = (1 - r^2)^(eta - 1) / (2^(2 eta - 1) B(eta, eta)).
+    let lbeta_ref = |x: f64, y: f64| lgamma_ref(x) + lgamma_ref(y) - lgamma_ref(x + y);
+    let lkj2_ref = |r: f64, eta: f64| (eta - 1.0) * (1.0 - r * r).ln() - (2.0 * eta - 1.0) * LN_2 - lbeta_ref(eta, eta);
+    let rs = [-0.9, 0.0, 0.5, 1.2];
+    let omegas: Vec<f64> = rs.iter().flat_map(|&r| [1.0, r, r, 1.0]).collect();
+    for eta in [0.5, 1.0, 3.0] {
+        let got = host(&LkjCorr::new(eta).unwrap().log_prob(t3(&omegas, [4, 2, 2], &d)).unwrap());
+        let want: Vec<f64> =
+            rs.iter().map(|&r| if r.abs() < 1.0 { lkj2_ref(r, eta) } else { f64::NEG_INFINITY }).collect();
+        close(&format!("lkj_corr K = 2, eta {eta}"), &got, &want, 1e-9, 1.0);
+    }
+    grad_check(
+        "lkj_corr in eta",
+        &[0.7, 4.0],
+        |eta| LkjCorr::new(eta).unwrap().log_prob(t3(&omegas[4..12], [2, 2, 2], &dev())).unwrap(),
+        |eta| lkj2_ref(0.0, eta[0]) + lkj2_ref(0.5, eta[1]),
+        1e-6,
+    );
+    // K = 3: lkj_corr_cholesky(L) = lkj_corr(L L^T) + sum_{i >= 1} (K - 1 - i) ln L_ii (0-based).
+    let l = [1.0, 0.0, 0.0, 0.6, 0.8, 0.0, -0.3, 0.4, (1.0f64 - 0.09 - 0.16).sqrt()];
+    let mut omega = [0.0; 9];
+    for i in 0..3 {
+        for j in 0..3 {
+            omega[i * 3 + j] = (0..3).map(|m| l[i * 3 + m] * l[j * 3 + m]).sum();
+        }
+    }
+    let eta = 2.5;
+    let corr = host(&LkjCorr::new(eta).unwrap().log_prob(t3(&omega, [1, 3, 3], &d)).unwrap())[0];
+    let chol = host(&LkjCorrCholesky::new(eta).unwrap().log_prob(t3(&l, [1, 3, 3], &d)))[0];
+    let jacobian = l[4].ln(); // (K - 1 - i) ln L_ii: 1 ln L_11 + 0 ln L_22
+    assert!((chol - corr - jacobian).abs() < 1e-12, "lkj_corr {corr} against lkj_corr_cholesky {chol}");
+    invalid(LkjCorr::new(0.0), "lkj_corr", "eta");
+
+    // trace_quad_form(a, b) = tr(b^T a b).
+    let a = [2.0, 0.5, 0.5, 1.0];
+    let b = [1.0, -2.0, 0.5, 3.0, 0.0, 1.0]; // [2, 3]
+    let mut want = 0.0;
+    for c in 0..3 {
+        let col = [b[c], b[3 + c]];
+        want += col[0] * (a[0] * col[0] + a[1] * col[1]) + col[1] * (a[2] * col[0] + a[3] * col[1]);
+    }
+    let got = host(&trace_quad_form(t3(&a, [1, 2, 2], &d), t3(&b, [1, 2, 3], &d)));
+    close("trace_quad_form", &got, &[want], 1e-14, 1.0);
 }

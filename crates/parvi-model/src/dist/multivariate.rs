@@ -97,21 +97,7 @@ impl LkjCorrCholesky {
     /// The log-density of each factor in `l` (`[n, K, K]`, lower triangular): `[n]`.
     pub fn log_prob(&self, l: Tensor<3>) -> Tensor<1> {
         let [n, k, _] = l.dims();
-        let km1 = k.saturating_sub(1) as f64;
-        let constant = self.eta.map(
-            |eta| {
-                km1 * ln_gamma(eta + 0.5 * km1)
-                    - (1..k).map(|j| 0.5 * j as f64 * PI.ln() + ln_gamma(eta + 0.5 * (km1 - j as f64))).sum::<f64>()
-            },
-            |eta| {
-                let mut c = ln_gamma_tensor(eta.clone().add_scalar(0.5 * km1)).mul_scalar(km1);
-                for j in 1..k {
-                    let jf = j as f64;
-                    c = c - ln_gamma_tensor(eta.clone().add_scalar(0.5 * (km1 - jf))).add_scalar(0.5 * jf * PI.ln());
-                }
-                c
-            },
-        );
+        let constant = lkj_constant(&self.eta, k);
         if k < 2 {
             return constant.add_to(l.reshape([n, k * k]).sum_dim(1).mul_scalar(0.0).reshape([n]));
         }
@@ -129,6 +115,60 @@ impl LkjCorrCholesky {
         };
         let terms = (ld * (coef + two_eta_m2)).mask_fill(outside, f32::NEG_INFINITY);
         constant.add_to(terms.sum_dim(1).reshape([n]))
+    }
+}
+
+/// The LKJ normalising constant `c_K(eta)` (see [`LkjCorrCholesky`]), shared by the density on
+/// correlation matrices and the one on their Cholesky factors.
+fn lkj_constant(eta: &Param<1>, k: usize) -> Param<1> {
+    let km1 = k.saturating_sub(1) as f64;
+    eta.map(
+        |eta| {
+            km1 * ln_gamma(eta + 0.5 * km1)
+                - (1..k).map(|j| 0.5 * j as f64 * PI.ln() + ln_gamma(eta + 0.5 * (km1 - j as f64))).sum::<f64>()
+        },
+        |eta| {
+            let mut c = ln_gamma_tensor(eta.clone().add_scalar(0.5 * km1)).mul_scalar(km1);
+            for j in 1..k {
+                let jf = j as f64;
+                c = c - ln_gamma_tensor(eta.clone().add_scalar(0.5 * (km1 - jf))).add_scalar(0.5 * jf * PI.ln());
+            }
+            c
+        },
+    )
+}
+
+/// Stan's `lkj_corr(Omega | eta)` on correlation matrices `[n, K, K]`: `c_K(eta) + (eta - 1)
+/// ln det Omega` with [`LkjCorrCholesky`]'s constant, `ln det Omega` from one batched Cholesky
+/// factorisation. A matrix that is not positive definite gives `-inf`; that the diagonal is 1
+/// is the `corr_matrix` constraint's business, not checked here (as Stan's `target +=` form).
+#[derive(Clone, Debug)]
+pub struct LkjCorr {
+    eta: Param<1>,
+}
+
+impl LkjCorr {
+    /// `LkjCorr(eta)`; a scalar `eta` must be finite and positive, a tensor one is `[n]`.
+    pub fn new(eta: impl Into<Param<1>>) -> Result<Self, ModelError> {
+        Ok(Self { eta: eta.into().check_positive("lkj_corr", "eta")? })
+    }
+
+    /// The log-density of each correlation matrix in `omega` `[n, K, K]` (its lower triangle
+    /// is read): `[n]`.
+    ///
+    /// # Errors
+    /// If `omega` is not a batch of non-empty square matrices.
+    pub fn log_prob(&self, omega: Tensor<3>) -> Result<Tensor<1>, ModelError> {
+        let [n, k, _] = omega.dims();
+        let (l, singular) = factor_named("lkj_corr", "Omega", omega)?;
+        let log_det = diagonal(l).clamp_min(f32::MIN_POSITIVE).log().sum_dim(1).reshape([n]).mul_scalar(2.0);
+        let scaled = match &self.eta {
+            Param::Scalar(eta) => log_det.mul_scalar(eta - 1.0),
+            Param::Tensor(eta) => log_det * (**eta).clone().sub_scalar(1.0),
+        };
+        let lp = lkj_constant(&self.eta, k).add_to(scaled);
+        let n = lp.dims()[0];
+        Ok(lp.mask_fill(singular.expand([n]), f32::NEG_INFINITY))
     }
 }
 
