@@ -27,6 +27,7 @@ use parvi_model::functions::{
 };
 use parvi_model::grad::value_and_grad;
 use parvi_model::index::{IndexArray, gather};
+use parvi_model::linalg::{Matern, matern_cov, periodic_cov};
 use parvi_model::scan::linear_scan;
 use parvi_model::{BackendKind, ModelError};
 
@@ -2106,4 +2107,55 @@ fn lkj_corr_against_the_beta_form_and_the_cholesky_density() {
     }
     let got = host(&trace_quad_form(t3(&a, [1, 2, 2], &d), t3(&b, [1, 2, 3], &d)));
     close("trace_quad_form", &got, &[want], 1e-14, 1.0);
+}
+
+#[test]
+fn matern_and_periodic_covariances_against_their_definitions() {
+    let d = dev();
+    let xs = [0.0, 0.7, 2.0];
+    let (alpha, rho) = ([1.5, 0.3], [0.8, 2.0]);
+    let kernels: [(Matern, &dyn Fn(f64) -> f64); 3] = [
+        (Matern::Half, &|r| (-r).exp()),
+        (Matern::ThreeHalves, &|r| (1.0 + 3f64.sqrt() * r) * (-(3f64.sqrt()) * r).exp()),
+        (Matern::FiveHalves, &|r| (1.0 + 5f64.sqrt() * r + 5.0 * r * r / 3.0) * (-(5f64.sqrt()) * r).exp()),
+    ];
+    for (kind, k) in kernels {
+        let got = host(&matern_cov(kind, t1(&xs, &d), t2(&alpha, 2, 1, &d), t2(&rho, 2, 1, &d)).unwrap());
+        let want: Vec<f64> = (0..18)
+            .map(|e| {
+                let (p, i, j) = (e / 9, e / 3 % 3, e % 3);
+                alpha[p] * alpha[p] * k((xs[i] - xs[j]).abs() / rho[p])
+            })
+            .collect();
+        close(&format!("{kind:?}"), &got, &want, 1e-13, 1.0);
+        grad_check(
+            &format!("{kind:?} in rho"),
+            &[rho[0]],
+            |r| {
+                matern_cov(kind, t1(&xs, &dev()), t2(&alpha[..1], 1, 1, &dev()), r.reshape([1, 1]))
+                    .unwrap()
+                    .reshape([9])
+            },
+            |r| (0..9).map(|e| alpha[0] * alpha[0] * k((xs[e / 3] - xs[e % 3]).abs() / r[0])).sum(),
+            1e-6,
+        );
+    }
+    // 2-D points: Euclidean distances.
+    let pts = [0.0, 0.0, 3.0, 4.0];
+    let got = host(&matern_cov(Matern::Half, t2(&pts, 2, 2, &d), t2(&[1.0], 1, 1, &d), t2(&[2.0], 1, 1, &d)).unwrap());
+    close("exponential 2-D", &got, &[1.0, (-2.5f64).exp(), (-2.5f64).exp(), 1.0], 1e-14, 1.0);
+    let period = 1.3;
+    let got = host(&periodic_cov(t1(&xs, &d), t2(&alpha, 2, 1, &d), t2(&rho, 2, 1, &d), period).unwrap());
+    let want: Vec<f64> = (0..18)
+        .map(|e| {
+            let (p, i, j) = (e / 9, e / 3 % 3, e % 3);
+            let s = (PI * (xs[i] - xs[j]).abs() / period).sin();
+            alpha[p] * alpha[p] * (-2.0 * s * s / (rho[p] * rho[p])).exp()
+        })
+        .collect();
+    close("gp_periodic_cov", &got, &want, 1e-13, 1.0);
+    match periodic_cov(t1(&xs, &d), t2(&alpha, 2, 1, &d), t2(&rho, 2, 1, &d), 0.0) {
+        Err(ModelError::InvalidParameter { dist: "gp_periodic_cov", name: "p", .. }) => {}
+        other => panic!("expected an error naming p, got {other:?}"),
+    }
 }
