@@ -18,7 +18,10 @@ use std::f64::consts::{PI, SQRT_2};
 
 use burn::tensor::Tensor;
 
-use crate::dist::special::{log_erfc, log_normal_cdfs, log1m_exp_neg, softplus};
+use crate::ModelError;
+use crate::dist::special::{
+    exprel_series, host_elementwise, ln_gamma_pq, ln_inc_beta, log_erfc, log_normal_cdfs, log1m_exp_neg, softplus,
+};
 use crate::dist::{ln_gamma_ratio_tensor, ln_gamma_tensor};
 use crate::tensor_ops::log_softmax;
 
@@ -73,6 +76,22 @@ pub fn log_diff_exp<const D: usize>(a: Tensor<D>, b: Tensor<D>) -> Tensor<D> {
 pub fn log_sum_exp_pair<const D: usize>(a: Tensor<D>, b: Tensor<D>) -> Tensor<D> {
     let max = a.clone().max_pair(b.clone());
     max + (a - b).abs().neg().exp().log1p()
+}
+
+/// `e^x - 1` (Stan's `expm1`), without the cancellation of `exp(x) - 1` near 0: the series of
+/// `(e^x - 1) / x` times `x` for `|x| < 1/2` (relative error below 3e-12), `exp(x) - 1` beyond.
+/// Each branch on its own clamped input.
+pub fn expm1<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    let small = x.clone().abs().lower_elem(0.5);
+    let xs = x.clone().clamp(-0.5, 0.5);
+    let series = exprel_series(xs.clone()) * xs;
+    x.exp().sub_scalar(1.0).mask_where(small, series)
+}
+
+/// Stan's `inv_cloglog(x) = 1 - exp(-exp(x))`, as `-expm1(-exp(x))`: keeps its relative
+/// precision far left, where it is `e^x` to first order.
+pub fn inv_cloglog<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    expm1(x.exp().neg()).neg()
 }
 
 /// The standard normal cdf `Phi(x)`, accurate in relative terms in both tails: the smaller
@@ -202,6 +221,65 @@ pub fn digamma<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     out
 }
 
+/// The trigamma function `psi_1(x) = d^2 ln Gamma(x) / dx^2` for `x > 0` (Stan's `trigamma`):
+/// the asymptotic series at `z = x + 6` (`1/z + 1/(2z^2) + 1/(6z^3) - 1/(30z^5) + 1/(42z^7) -
+/// 1/(30z^9)`, DLMF 5.15.8, truncation below 1e-10 relative) shifted back by
+/// `psi_1(x) = psi_1(x + 6) + sum_{j<6} 1/(x + j)^2`. Differentiable.
+pub fn trigamma<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    let z = x.clone().add_scalar(6.0);
+    let inv = z.recip();
+    let w = inv.clone().square();
+    // 1/z + w/2 + inv w (1/6 - w/30 + w^2/42 - w^3/30), Horner in w.
+    let tail = w
+        .clone()
+        .mul_scalar(-1.0 / 30.0)
+        .add_scalar(1.0 / 42.0)
+        .mul(w.clone())
+        .sub_scalar(1.0 / 30.0)
+        .mul(w.clone())
+        .add_scalar(1.0 / 6.0)
+        .mul(w.clone())
+        .mul(inv.clone());
+    let mut out = inv + w.mul_scalar(0.5) + tail;
+    for j in 0..6 {
+        out = out + x.clone().add_scalar(f64::from(j)).square().recip();
+    }
+    out
+}
+
+/// Stan's `lmgamma(k, x)`, the log of the multivariate gamma function,
+/// `k (k - 1) / 4 ln pi + sum_{j=0}^{k-1} ln Gamma(x - j / 2)`, for `x > (k - 1) / 2`.
+pub fn lmgamma<const D: usize>(k: usize, x: Tensor<D>) -> Tensor<D> {
+    let c = 0.25 * (k * k.saturating_sub(1)) as f64 * PI.ln();
+    let mut out = ln_gamma_tensor(x.clone()).add_scalar(c);
+    for j in 1..k {
+        out = out + ln_gamma_tensor(x.clone().sub_scalar(0.5 * j as f64));
+    }
+    out
+}
+
+/// `ln(x^(n)) = ln Gamma(x + n) - ln Gamma(x)`, the log of the rising factorial (Stan's
+/// `log_rising_factorial`) for `x > 0`, `n >= 0`, without cancelling two large log-gammas
+/// ([`crate::dist::ln_gamma_ratio_tensor`]).
+pub fn log_rising_factorial<const D: usize>(x: Tensor<D>, n: Tensor<D>) -> Tensor<D> {
+    ln_gamma_ratio_tensor(x, n)
+}
+
+/// `ln((x)_n) = ln Gamma(x + 1) - ln Gamma(x - n + 1)`, the log of the falling factorial
+/// (Stan's `log_falling_factorial`) for `x - n + 1 > 0`.
+pub fn log_falling_factorial<const D: usize>(x: Tensor<D>, n: Tensor<D>) -> Tensor<D> {
+    let base = (x - n.clone()).add_scalar(1.0);
+    ln_gamma_ratio_tensor(base, n)
+}
+
+/// Stan's `log_inv_logit_diff(x, y) = ln(inv_logit(x) - inv_logit(y))` for `x > y`, as
+/// `x - log1p_exp(x) - log1p_exp(y) + log1m_exp(y - x)` (Stan math's form): nothing cancels
+/// where both are near 0 or 1. `-inf` where `x == y`, NaN where `x < y`.
+pub fn log_inv_logit_diff<const D: usize>(x: Tensor<D>, y: Tensor<D>) -> Tensor<D> {
+    let gap = y.clone() - x.clone();
+    x.clone() - softplus(x) - softplus(y) + log1m_exp(gap)
+}
+
 /// `ln B(a, b) = ln Gamma(a) + ln Gamma(b) - ln Gamma(a + b)` for `a, b > 0` (Stan's `lbeta`),
 /// as `ln Gamma(x) - [ln Gamma(x + y) - ln Gamma(y)]` with `x = min(a, b)`, `y = max(a, b)`:
 /// the bracket from [`crate::dist::ln_gamma_ratio_tensor`], so a large argument does not
@@ -265,6 +343,14 @@ pub fn quad_form(a: Tensor<3>, b: Tensor<3>) -> Tensor<3> {
     b.clone().swap_dims(1, 2).matmul(a.matmul(b))
 }
 
+/// Stan's `trace_quad_form(a, b) = tr(b^T a b)` for a batch: `a` `[n, K, K]`, `b` `[n, K, M]`:
+/// `[n]`, as `sum_ij b_ij (a b)_ij` (no `M x M` product formed).
+pub fn trace_quad_form(a: Tensor<3>, b: Tensor<3>) -> Tensor<1> {
+    let ab = a.matmul(b.clone());
+    let n = ab.dims()[0];
+    (ab * b).sum_dim(2).sum_dim(1).reshape([n])
+}
+
 /// Stan's `rows_dot_product(a, b)`: the dot product of each row pair along the last axis,
 /// keeping it with size 1 (`[n, N, K]` -> `[n, N, 1]`).
 pub fn rows_dot_product<const D: usize>(a: Tensor<D>, b: Tensor<D>) -> Tensor<D> {
@@ -275,4 +361,74 @@ pub fn rows_dot_product<const D: usize>(a: Tensor<D>, b: Tensor<D>) -> Tensor<D>
 /// to last axis, keeping it with size 1 (`[n, N, K]` -> `[n, 1, K]`).
 pub fn columns_dot_product<const D: usize>(a: Tensor<D>, b: Tensor<D>) -> Tensor<D> {
     (a * b).sum_dim(D - 2)
+}
+
+/// Checks a special function's argument on the host: `Ok` when `ok(v)`, otherwise an error
+/// naming the function and the argument.
+fn domain(function: &'static str, name: &'static str, v: f64, ok: bool, what: &str) -> Result<(), ModelError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(ModelError::InvalidParameter { dist: function, name, reason: format!("must be {what}, got {v}") })
+    }
+}
+
+/// Stan's `gamma_p(a, x)`, the regularised lower incomplete gamma function
+/// `P(a, x) = (1 / Gamma(a)) int_0^x t^(a-1) e^-t dt`, elementwise and broadcast, differentiable
+/// in both `a` and `x`.
+///
+/// Evaluated on the host in `f64` (Numerical Recipes' series below `x = a + 1`, continued
+/// fraction above; the derivative in `a` carried through them, see `dist::special`), one read and
+/// one write of the tensors: the number of terms depends on the arguments (about `sqrt a`), so a
+/// fixed-length tensor form would be either inaccurate in the tails or hundreds of full-size
+/// operations. [`crate::dist::Gamma::lcdf`] and its kin use the log forms, which keep the tails.
+///
+/// # Errors
+/// If an `a` is not finite and `> 0`, or an `x` is negative or NaN (Stan throws there too).
+pub fn gamma_p<const D: usize>(a: Tensor<D>, x: Tensor<D>) -> Result<Tensor<D>, ModelError> {
+    incomplete_gamma("gamma_p", a, x, true)
+}
+
+/// Stan's `gamma_q(a, x) = 1 - gamma_p(a, x)`, the regularised upper incomplete gamma function,
+/// computed directly (not as a difference), so a far upper tail keeps its relative precision.
+///
+/// # Errors
+/// As [`gamma_p`].
+pub fn gamma_q<const D: usize>(a: Tensor<D>, x: Tensor<D>) -> Result<Tensor<D>, ModelError> {
+    incomplete_gamma("gamma_q", a, x, false)
+}
+
+fn incomplete_gamma<const D: usize>(
+    function: &'static str,
+    a: Tensor<D>,
+    x: Tensor<D>,
+    lower: bool,
+) -> Result<Tensor<D>, ModelError> {
+    host_elementwise([x, a], |[x, a]| {
+        domain(function, "a", a, a > 0.0 && a.is_finite(), "finite and > 0")?;
+        domain(function, "x", x, x >= 0.0, ">= 0")?;
+        let t = ln_gamma_pq(a, x);
+        let (ln, [da, dx]) = if lower { (t.ln_lower, t.d_lower) } else { (t.ln_upper, t.d_upper) };
+        let v = ln.exp();
+        Ok((v, [v * dx, v * da]))
+    })
+}
+
+/// Stan's `inc_beta(a, b, x)`, the regularised incomplete beta function
+/// `I_x(a, b) = (1 / B(a, b)) int_0^x t^(a-1) (1-t)^(b-1) dt`, elementwise and broadcast,
+/// differentiable in `a`, `b` and `x`. On the host in `f64` (the continued fraction, on the
+/// reflected side above `x = (a + 1) / (a + b + 2)`), as [`gamma_p`] is.
+///
+/// # Errors
+/// If an `a` or `b` is not finite and `> 0`, or an `x` is outside `[0, 1]`.
+pub fn inc_beta<const D: usize>(a: Tensor<D>, b: Tensor<D>, x: Tensor<D>) -> Result<Tensor<D>, ModelError> {
+    host_elementwise([x, a, b], |[x, a, b]| {
+        domain("inc_beta", "a", a, a > 0.0 && a.is_finite(), "finite and > 0")?;
+        domain("inc_beta", "b", b, b > 0.0 && b.is_finite(), "finite and > 0")?;
+        domain("inc_beta", "x", x, (0.0..=1.0).contains(&x), "in [0, 1]")?;
+        let t = ln_inc_beta(a, b, x);
+        let v = t.ln_lower.exp();
+        let [da, db, dx] = t.d_lower;
+        Ok((v, [v * dx, v * da, v * db]))
+    })
 }

@@ -166,29 +166,107 @@ pub fn log_det_from_cholesky(l: Tensor<3>) -> Tensor<1> {
 /// # Errors
 /// If `x` has more than two axes or no points, or `alpha` and `rho` are not `[n, 1]` with one `n`.
 pub fn exp_quad_cov<const D: usize>(x: Tensor<D>, alpha: Tensor<2>, rho: Tensor<2>) -> Result<Tensor<3>, ModelError> {
+    let (sq, n) = kernel_inputs("gp_exp_quad_cov", x, &alpha, &rho)?;
+    let inv_two_rho_sq = rho.square().mul_scalar(2.0).recip().reshape([n, 1, 1]);
+    let alpha_sq = alpha.square().reshape([n, 1, 1]);
+    Ok((sq.neg() * inv_two_rho_sq).exp() * alpha_sq)
+}
+
+/// The squared distances `[1, N, N]` between the data points `x` (`[N]` or `[N, D]`), and the
+/// particle count of `alpha` and `rho` (both `[n, 1]`), for the covariance function `name`.
+fn kernel_inputs<const D: usize>(
+    name: &'static str,
+    x: Tensor<D>,
+    alpha: &Tensor<2>,
+    rho: &Tensor<2>,
+) -> Result<(Tensor<3>, usize), ModelError> {
     let dims = x.dims();
     let (points, coords) = match dims.as_slice() {
         [p] => (*p, 1),
         [p, d] => (*p, *d),
-        _ => return Err(invalid("gp_exp_quad_cov", "x", format!("must be [N] or [N, D], got {dims:?}"))),
+        _ => return Err(invalid(name, "x", format!("must be [N] or [N, D], got {dims:?}"))),
     };
     if points == 0 || coords == 0 {
-        return Err(invalid("gp_exp_quad_cov", "x", format!("has no points: {dims:?}")));
+        return Err(invalid(name, "x", format!("has no points: {dims:?}")));
     }
     let ([n, one], [nr, one_r]) = (alpha.dims(), rho.dims());
     if one != 1 || one_r != 1 || n != nr {
         return Err(invalid(
-            "gp_exp_quad_cov",
+            name,
             "rho",
             format!("alpha {:?} and rho {:?} must both be [n, 1]", alpha.dims(), rho.dims()),
         ));
     }
     let x: Tensor<2> = x.reshape([points, coords]);
     let diff = x.clone().unsqueeze_dim::<3>(1) - x.unsqueeze_dim::<3>(0); // [N, N, D]
-    let sq = diff.square().sum_dim(2).reshape([1, points, points]);
-    let inv_two_rho_sq = rho.square().mul_scalar(2.0).recip().reshape([n, 1, 1]);
+    Ok((diff.square().sum_dim(2).reshape([1, points, points]), n))
+}
+
+/// The Matern family on data points `x` (`[N]` or `[N, D]`: distances are data, so the square
+/// root's infinite slope at 0 never enters a gradient), with `r = |x_i - x_j| / rho`:
+/// Stan's `gp_exponential_cov` (`nu = 1/2`): `alpha^2 e^-r`; `gp_matern32_cov`:
+/// `alpha^2 (1 + sqrt(3) r) e^(-sqrt(3) r)`; `gp_matern52_cov`:
+/// `alpha^2 (1 + sqrt(5) r + 5 r^2 / 3) e^(-sqrt(5) r)`. `alpha`, `rho` `[n, 1]`: `[n, N, N]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Matern {
+    /// `nu = 1/2`: Stan's `gp_exponential_cov`.
+    Half,
+    /// `nu = 3/2`: `gp_matern32_cov`.
+    ThreeHalves,
+    /// `nu = 5/2`: `gp_matern52_cov`.
+    FiveHalves,
+}
+
+/// Stan's `gp_exponential_cov`, `gp_matern32_cov` and `gp_matern52_cov` (see [`Matern`]).
+///
+/// # Errors
+/// As [`exp_quad_cov`].
+pub fn matern_cov<const D: usize>(
+    kind: Matern,
+    x: Tensor<D>,
+    alpha: Tensor<2>,
+    rho: Tensor<2>,
+) -> Result<Tensor<3>, ModelError> {
+    let name = match kind {
+        Matern::Half => "gp_exponential_cov",
+        Matern::ThreeHalves => "gp_matern32_cov",
+        Matern::FiveHalves => "gp_matern52_cov",
+    };
+    let (sq, n) = kernel_inputs(name, x, &alpha, &rho)?;
+    let r = sq.sqrt() / rho.reshape([n, 1, 1]); // [n, N, N]
     let alpha_sq = alpha.square().reshape([n, 1, 1]);
-    Ok((sq.neg() * inv_two_rho_sq).exp() * alpha_sq)
+    let shape = match kind {
+        Matern::Half => r.neg().exp(),
+        Matern::ThreeHalves => {
+            let s = r.mul_scalar(3f64.sqrt());
+            s.clone().add_scalar(1.0) * s.neg().exp()
+        }
+        Matern::FiveHalves => {
+            let s = r.mul_scalar(5f64.sqrt());
+            (s.clone().add_scalar(1.0) + s.clone().square().div_scalar(3.0)) * s.neg().exp()
+        }
+    };
+    Ok(shape * alpha_sq)
+}
+
+/// Stan's `gp_periodic_cov(x, alpha, rho, p)`: `alpha^2 exp(-2 sin^2(pi |x_i - x_j| / p) / rho^2)`
+/// on data points `x` (`[N]` or `[N, D]`), `alpha`, `rho` `[n, 1]`, period `p > 0`: `[n, N, N]`.
+///
+/// # Errors
+/// As [`exp_quad_cov`], and if `p` is not finite and positive.
+pub fn periodic_cov<const D: usize>(
+    x: Tensor<D>,
+    alpha: Tensor<2>,
+    rho: Tensor<2>,
+    period: f64,
+) -> Result<Tensor<3>, ModelError> {
+    if !(period.is_finite() && period > 0.0) {
+        return Err(invalid("gp_periodic_cov", "p", format!("must be finite and > 0, got {period}")));
+    }
+    let (sq, n) = kernel_inputs("gp_periodic_cov", x, &alpha, &rho)?;
+    let s = sq.sqrt().mul_scalar(std::f64::consts::PI / period).sin().square().mul_scalar(-2.0);
+    let inv_rho_sq = rho.square().recip().reshape([n, 1, 1]);
+    Ok((s * inv_rho_sq).exp() * alpha.square().reshape([n, 1, 1]))
 }
 
 /// Host-side dense Cholesky in `f64` with diagonal jitter, for small systems whose matrix is read

@@ -12,17 +12,22 @@ use std::f64::consts::{LN_2, PI};
 
 use parvi_model::burn::tensor::{DType, Device, Tensor, TensorData};
 use parvi_model::dist::{
-    BernoulliLogit, BernoulliLogitGlm, BetaBinomial, Binomial, CategoricalLogit, ExpModNormal, Frechet, Gumbel,
-    LogNormal, LogProb, Logistic, MultiNormal, MultiStudentT, Multinomial, NegBinomial2, NormalIdGlm, OrderedLogistic,
-    OrderedProbit, Pareto, PoissonLog, PoissonLogGlm, SkewNormal, VonMises, Weibull,
+    BernoulliLogit, BernoulliLogitGlm, Beta, BetaBinomial, Binomial, BinomialLogitGlm, CategoricalLogit,
+    CategoricalLogitGlm, DirichletMultinomial, ExpModNormal, Frechet, Gamma, Gumbel, InvGamma, InvWishart,
+    InvWishartCholesky, Laplace, LkjCorr, LkjCorrCholesky, LogLogistic, LogNormal, LogProb, Logistic, MultiNormal,
+    MultiNormalPrec, MultiStudentT, Multinomial, NegBinomial, NegBinomial2, NegBinomial2LogGlm, NormalIdGlm,
+    OrderedLogistic, OrderedLogisticGlm, OrderedProbit, Pareto, ParetoType2, PoissonLog, PoissonLogGlm, Rayleigh,
+    SkewDoubleExponential, SkewNormal, StudentT, Uniform, VonMises, Weibull, Wishart, WishartCholesky,
 };
 use parvi_model::functions::{
-    Phi, Phi_approx, binary_log_loss, cumulative_sum, diag_pre_multiply, digamma, inv_Phi, inv_logit, lbeta, lchoose,
-    lgamma, log_diff_exp, log_inv_logit, log_sum_exp_pair, log1m, log1m_exp, log1m_inv_logit, log1p_exp, logit,
-    quad_form_diag, softmax, std_normal_lccdf, std_normal_lcdf,
+    Phi, Phi_approx, binary_log_loss, cumulative_sum, diag_pre_multiply, digamma, expm1, gamma_p, gamma_q, inc_beta,
+    inv_Phi, inv_cloglog, inv_logit, lbeta, lchoose, lgamma, lmgamma, log_diff_exp, log_falling_factorial,
+    log_inv_logit, log_inv_logit_diff, log_rising_factorial, log_sum_exp_pair, log1m, log1m_exp, log1m_inv_logit,
+    log1p_exp, logit, quad_form_diag, softmax, std_normal_lccdf, std_normal_lcdf, trace_quad_form, trigamma,
 };
 use parvi_model::grad::value_and_grad;
 use parvi_model::index::{IndexArray, gather};
+use parvi_model::linalg::{Matern, matern_cov, periodic_cov};
 use parvi_model::scan::linear_scan;
 use parvi_model::{BackendKind, ModelError};
 
@@ -1006,4 +1011,1151 @@ fn linear_scan_matches_the_loop_with_constant_and_varying_coefficients() {
         1e-6,
     );
     invalid(linear_scan(t2(&[0.5, 0.5], 1, 2, &d), t2(&[1.0, 2.0, 3.0], 1, 3, &d)), "linear_scan", "a");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Incomplete gamma and beta functions and the cdfs built on them.
+
+/// `int_0^1 f(u, 1 - u) du` by the tanh-sinh rule (Takahasi & Mori 1974): step 1/128 over
+/// `t` in `[-6, 6]`, `u = (1 + tanh(pi/2 sinh t)) / 2`; about 1e-14 for integrands with
+/// integrable endpoint singularities (`u^(a-1)`, `a < 1`: the ends cut off lie below 1e-270,
+/// so even `u^-0.9` loses under 1e-27 there). `1 - u` is passed computed directly.
+fn tanh_sinh(f: impl Fn(f64, f64) -> f64) -> f64 {
+    let h = 1.0 / 128.0;
+    let m = (6.0 / h) as i64;
+    let mut sum = 0.0;
+    for i in -m..=m {
+        let t = i as f64 * h;
+        let s = 0.5 * PI * t.sinh();
+        let (u, v) = (1.0 / (1.0 + (-2.0 * s).exp()), 1.0 / (1.0 + (2.0 * s).exp()));
+        let w = 0.25 * PI * t.cosh() / s.cosh().powi(2);
+        if u > 0.0 && v > 0.0 && w > 0.0 {
+            sum += w * f(u, v);
+        }
+    }
+    sum * h
+}
+
+/// `ln P(a, x)` by quadrature: `x^a / Gamma(a) int_0^1 u^(a-1) e^(-x u) du`.
+fn ln_gamma_p_quad(a: f64, x: f64) -> f64 {
+    a * x.ln() - lgamma_ref(a) + tanh_sinh(|u, _| u.powf(a - 1.0) * (-x * u).exp()).ln()
+}
+
+/// `(ln I_x(a, b), ln(1 - I_x(a, b)))` by quadrature from the definition:
+/// `int_0^x t^(a-1) (1-t)^(b-1) dt = x^a int_0^1 u^(a-1) (1 - x u)^(b-1) du`, or the upper
+/// tail as `I_{1-x}(b, a)` the same way.
+fn ln_inc_beta_quad(a: f64, b: f64, x: f64) -> (f64, f64) {
+    let lbeta_ref = lgamma_ref(a) + lgamma_ref(b) - lgamma_ref(a + b);
+    let side = |p: f64, q: f64, y: f64| {
+        // 1 - y u = (1 - y) + y (1 - u), accurate where u is near 1.
+        let integral = tanh_sinh(|u, v| u.powf(p - 1.0) * ((1.0 - y) + y * v).powf(q - 1.0));
+        p * y.ln() + integral.ln() - lbeta_ref
+    };
+    // The smaller tail directly, the larger as its complement (which then keeps its precision).
+    let log1m_exp_ref = |l: f64| if l > -LN_2 { (-l.exp_m1()).ln() } else { (-l.exp()).ln_1p() };
+    let (lower, upper) = (side(a, b, x), side(b, a, 1.0 - x));
+    if lower < upper { (lower, log1m_exp_ref(lower)) } else { (log1m_exp_ref(upper), upper) }
+}
+
+/// Checks `f` (a tensor function of `K` argument columns) at `points` against `reference`, and
+/// its autodiff derivative in each argument marked in `diff` against central differences of the
+/// reference (step `1e-6` of the argument's size, or of its distance to 0 or 1 inside (0, 1)).
+#[track_caller]
+fn check_points<const K: usize>(
+    what: &str,
+    points: &[[f64; K]],
+    f: impl Fn([Tensor<1>; K]) -> Tensor<1>,
+    reference: impl Fn([f64; K]) -> f64,
+    rtol: f64,
+    diff: [bool; K],
+    grad_rtol: f64,
+) {
+    let d = dev();
+    let cols: [Vec<f64>; K] = std::array::from_fn(|k| points.iter().map(|p| p[k]).collect());
+    let tensors = || -> [Tensor<1>; K] { std::array::from_fn(|k| t1(&cols[k], &d)) };
+    let want: Vec<f64> = points.iter().map(|&p| reference(p)).collect();
+    close(what, &host(&f(tensors())), &want, rtol, 1.0);
+    for k in (0..K).filter(|&k| diff[k]) {
+        let (_, g) = value_and_grad(t1(&cols[k], &d), |t| {
+            let mut args = tensors();
+            args[k] = t;
+            f(args)
+        })
+        .unwrap();
+        let g = host(&g);
+        for (i, p) in points.iter().enumerate() {
+            if !want[i].is_finite() {
+                continue;
+            }
+            // Inside (0, 1) the step also keeps well away from the nearer end.
+            let size = if p[k] > 0.0 && p[k] < 1.0 { p[k].min(1.0 - p[k]) } else { p[k].abs().max(1e-3) };
+            let h = 1e-6 * size;
+            let (mut up, mut down) = (*p, *p);
+            up[k] += h;
+            down[k] -= h;
+            let fd = (reference(up) - reference(down)) / (2.0 * h);
+            // The difference's own noise: the reference's rounding (1e-13 of its size) over 2h.
+            let tol = grad_rtol * fd.abs() + 1e-13 * (1.0 + want[i].abs()) / h;
+            assert!(
+                (g[i] - fd).abs() <= tol,
+                "{what} at {p:?}: d/d(argument {k}) autodiff {} vs fd {fd} (tolerance {tol:.1e})",
+                g[i]
+            );
+        }
+    }
+}
+
+/// `(a, x)` pairs across both sides of the series / continued fraction split, in the bulk and
+/// far in each tail (`ln P(30, 5) ~ -40`, `ln Q(3, 40) ~ -33`, `ln Q(0.1, 200) ~ -207`).
+const GAMMA_POINTS: [[f64; 2]; 10] = [
+    [0.5, 1e-3],
+    [0.5, 2.0],
+    [2.0, 0.5],
+    [2.0, 3.5],
+    [3.0, 40.0],
+    [30.0, 5.0],
+    [100.0, 100.0],
+    [5.0, 0.01],
+    [0.1, 200.0],
+    [1e4, 1.005e4],
+];
+
+#[test]
+fn incomplete_gamma_in_both_tails_with_gradients_in_shape_and_variable() {
+    // The NR reference against quadrature of the definition, where quadrature is easy.
+    for [a, x] in GAMMA_POINTS.iter().copied().filter(|p| p[0] <= 100.0 && p[1] <= 100.0) {
+        let (lp, _) = ln_incomplete_gamma(a, x);
+        assert!((lp - ln_gamma_p_quad(a, x)).abs() < 1e-9 * (1.0 + lp.abs()), "reference at ({a}, {x})");
+    }
+    // Gamma(shape, 1)'s cdfs are ln P(shape, x), ln Q(shape, x): gradients in shape and x.
+    let lcdf = |[a, x]: [Tensor<1>; 2]| Gamma::<1>::new(a, 1.0).unwrap().lcdf(x);
+    let lccdf = |[a, x]: [Tensor<1>; 2]| Gamma::<1>::new(a, 1.0).unwrap().lccdf(x);
+    check_points("gamma_lcdf", &GAMMA_POINTS, lcdf, |[a, x]| ln_incomplete_gamma(a, x).0, 1e-10, [true; 2], 1e-5);
+    check_points("gamma_lccdf", &GAMMA_POINTS, lccdf, |[a, x]| ln_incomplete_gamma(a, x).1, 1e-10, [true; 2], 1e-5);
+    // gamma_p / gamma_q themselves, relative to their own size (P(30, 5) ~ 4e-18).
+    let points = &GAMMA_POINTS[..8];
+    let p = |[a, x]: [Tensor<1>; 2]| gamma_p(a, x).unwrap();
+    let q = |[a, x]: [Tensor<1>; 2]| gamma_q(a, x).unwrap();
+    let d = dev();
+    for (name, f, tail) in [("gamma_p", &p as &dyn Fn([Tensor<1>; 2]) -> Tensor<1>, 0), ("gamma_q", &q, 1)] {
+        let want: Vec<f64> = points
+            .iter()
+            .map(|&[a, x]| {
+                let (lp, lq) = ln_incomplete_gamma(a, x);
+                if tail == 0 { lp.exp() } else { lq.exp() }
+            })
+            .collect();
+        let cols: [Vec<f64>; 2] = std::array::from_fn(|k| points.iter().map(|p| p[k]).collect());
+        close(name, &host(&f([t1(&cols[0], &d), t1(&cols[1], &d)])), &want, 1e-9, 0.0);
+    }
+    check_points("gamma_p", points, p, |[a, x]| ln_incomplete_gamma(a, x).0.exp(), 1e-9, [true; 2], 1e-5);
+    // (The references' log-gammas, NR's gammln, are good to about 2e-10: the tolerances above.)
+    // The rate enters through rate x: a censoring point 60 scales out.
+    check_points(
+        "gamma_lccdf in rate",
+        &[[0.5, 2.5], [3.0, 20.0]],
+        |[rate, x]| Gamma::<1>::new(2.5, rate).unwrap().lccdf(x),
+        |[rate, x]| ln_incomplete_gamma(2.5, rate * x).1,
+        1e-10,
+        [true; 2],
+        1e-5,
+    );
+    // Ends of the support, and f32 far out.
+    let g = Gamma::<1>::new(2.0, 1.0).unwrap();
+    close("gamma_lcdf at ends", &host(&g.lcdf(t1(&[-1.0, 0.0], &d))), &[f64::NEG_INFINITY; 2], 0.0, 0.0);
+    close("gamma_lccdf at ends", &host(&g.lccdf(t1(&[-1.0, 0.0], &d))), &[0.0; 2], 0.0, 0.0);
+    let x32 = Tensor::<1>::from_data(TensorData::new(vec![200f32, 1e-6], [2]), &d);
+    let want = [ln_incomplete_gamma(2.0, 200.0).1, ln_incomplete_gamma(2.0, 1e-6).0];
+    let got = [host(&g.lccdf(x32.clone()))[0], host(&g.lcdf(x32))[1]];
+    close("f32 gamma tails", &got, &want, 1e-6, 0.0);
+    // Bad arguments are errors naming them.
+    invalid(gamma_p(t1(&[-1.0], &d), t1(&[1.0], &d)), "gamma_p", "a");
+    invalid(gamma_q(t1(&[1.0], &d), t1(&[-1.0], &d)), "gamma_q", "x");
+}
+
+#[test]
+fn inv_gamma_and_chi_square_cdfs_through_the_incomplete_gamma() {
+    // InvGamma(alpha, beta): P(X <= x) = Q(alpha, beta / x).
+    let points = [[2.0, 1.0, 0.05], [2.0, 1.0, 3.0], [0.7, 3.0, 1e3], [6.0, 0.5, 0.01]];
+    check_points(
+        "inv_gamma_lcdf",
+        &points,
+        |[a, b, x]| InvGamma::<1>::new(a, b).unwrap().lcdf(x),
+        |[a, b, x]| ln_incomplete_gamma(a, b / x).1,
+        1e-10,
+        [true; 3],
+        1e-5,
+    );
+    check_points(
+        "inv_gamma_lccdf",
+        &points,
+        |[a, b, x]| InvGamma::<1>::new(a, b).unwrap().lccdf(x),
+        |[a, b, x]| ln_incomplete_gamma(a, b / x).0,
+        1e-10,
+        [true; 3],
+        1e-5,
+    );
+    let d = dev();
+    let ig = InvGamma::<1>::new(2.0, 1.0).unwrap();
+    close("inv_gamma at 0", &host(&ig.lcdf(t1(&[0.0], &d))), &[f64::NEG_INFINITY], 0.0, 0.0);
+    close("inv_gamma at 0", &host(&ig.lccdf(t1(&[0.0], &d))), &[0.0], 0.0, 0.0);
+    // chi_square(3): P(X <= 3) = erf(sqrt(3/2)) - sqrt(6/pi) e^(-3/2) (closed form for nu = 3).
+    let u = 1.5f64.sqrt();
+    let cdf = (1.0 - 2.0 * ln_phi_ref(-u * 2f64.sqrt()).0.exp()) - (6.0 / PI).sqrt() * (-1.5f64).exp();
+    let got = host(&Gamma::<1>::new(1.5, 0.5).unwrap().lcdf(t1(&[3.0], &d)))[0];
+    assert!((got - cdf.ln()).abs() < 1e-9, "chi_square(3) lcdf at 3: {got} vs {}", cdf.ln());
+}
+
+/// `(a, b, x)` across both sides of the reflection, in the bulk and far in each tail.
+const BETA_POINTS: [[f64; 3]; 9] = [
+    [0.5, 0.5, 0.01],
+    [0.5, 0.5, 0.999],
+    [2.0, 3.0, 0.4],
+    [2.0, 3.0, 0.95],
+    [30.0, 2.0, 0.3],
+    [2.0, 30.0, 0.7],
+    [200.0, 300.0, 0.4],
+    [0.1, 5.0, 1e-6],
+    [3.0, 0.2, 0.9999],
+];
+
+#[test]
+fn incomplete_beta_in_both_tails_with_gradients_in_both_shapes_and_variable() {
+    let lcdf = |[a, b, x]: [Tensor<1>; 3]| Beta::<1>::new(a, b).unwrap().lcdf(x);
+    let lccdf = |[a, b, x]: [Tensor<1>; 3]| Beta::<1>::new(a, b).unwrap().lccdf(x);
+    check_points("beta_lcdf", &BETA_POINTS, lcdf, |[a, b, x]| ln_inc_beta_quad(a, b, x).0, 1e-9, [true; 3], 1e-5);
+    check_points("beta_lccdf", &BETA_POINTS, lccdf, |[a, b, x]| ln_inc_beta_quad(a, b, x).1, 1e-9, [true; 3], 1e-5);
+    check_points(
+        "inc_beta",
+        &BETA_POINTS[..6],
+        |[a, b, x]| inc_beta(a, b, x).unwrap(),
+        |[a, b, x]| ln_inc_beta_quad(a, b, x).0.exp(),
+        1e-9,
+        [true; 3],
+        1e-5,
+    );
+    let d = dev();
+    let beta = Beta::<1>::new(2.0, 3.0).unwrap();
+    let ends = t1(&[-0.5, 0.0, 1.0, 1.5], &d);
+    let (ninf, zero) = (f64::NEG_INFINITY, 0.0);
+    close("beta_lcdf at ends", &host(&beta.lcdf(ends.clone())), &[ninf, ninf, zero, zero], 0.0, 0.0);
+    close("beta_lccdf at ends", &host(&beta.lccdf(ends)), &[zero, zero, ninf, ninf], 0.0, 0.0);
+    invalid(inc_beta(t1(&[1.0], &d), t1(&[0.0], &d), t1(&[0.5], &d)), "inc_beta", "b");
+    invalid(inc_beta(t1(&[1.0], &d), t1(&[1.0], &d), t1(&[1.5], &d)), "inc_beta", "x");
+}
+
+#[test]
+fn binomial_and_poisson_cdfs_against_sums_of_their_mass_functions() {
+    let d = dev();
+    let n_trials = 12.0;
+    let ln_pmf = |k: f64, theta: f64| lchoose_ref(n_trials, k) + k * theta.ln() + (n_trials - k) * (-theta).ln_1p();
+    let log_sum = |terms: Vec<f64>| {
+        let m = terms.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        m + terms.iter().map(|t| (t - m).exp()).sum::<f64>().ln()
+    };
+    let ks = [0.0, 3.0, 11.0, 12.0];
+    for theta in [0.001, 0.3, 0.9, 0.999] {
+        let lcdf_ref = |k: f64, th: f64| log_sum((0..=k as usize).map(|j| ln_pmf(j as f64, th)).collect());
+        let lccdf_ref = |k: f64, th: f64| {
+            if k >= n_trials {
+                f64::NEG_INFINITY
+            } else {
+                log_sum((k as usize + 1..=12).map(|j| ln_pmf(j as f64, th)).collect())
+            }
+        };
+        let b = Binomial::<1>::new(t1(&ks, &d), n_trials).unwrap();
+        let want: Vec<f64> = ks.iter().map(|&k| lcdf_ref(k, theta)).collect();
+        close(&format!("binomial_lcdf at {theta}"), &host(&b.lcdf(t1(&[theta], &d))), &want, 1e-10, 1.0);
+        let want: Vec<f64> = ks.iter().map(|&k| lccdf_ref(k, theta)).collect();
+        close(&format!("binomial_lccdf at {theta}"), &host(&b.lccdf(t1(&[theta], &d))), &want, 1e-10, 1.0);
+        for k in [3.0, 11.0] {
+            grad_check(
+                "binomial_lcdf in theta",
+                &[theta],
+                |p| Binomial::<1>::new(t1(&[k], &dev()), n_trials).unwrap().lcdf(p),
+                |p| lcdf_ref(k, p[0]),
+                1e-5,
+            );
+            grad_check(
+                "binomial_lccdf in theta",
+                &[theta],
+                |p| Binomial::<1>::new(t1(&[k], &dev()), n_trials).unwrap().lccdf(p),
+                |p| lccdf_ref(k, p[0]),
+                1e-5,
+            );
+        }
+    }
+    let ln_pois = |k: f64, l: f64| k * l.ln() - l - lgamma_ref(k + 1.0);
+    let counts = [0.0, 3.0, 40.0];
+    for lambda in [0.01, 2.5, 30.0] {
+        let lcdf_ref = |k: f64, l: f64| log_sum((0..=k as usize).map(|j| ln_pois(j as f64, l)).collect());
+        let lccdf_ref =
+            |k: f64, l: f64| log_sum((k as usize + 1..k as usize + 400).map(|j| ln_pois(j as f64, l)).collect());
+        let p = PoissonLog::<1>::new(t1(&counts, &d)).unwrap();
+        let want: Vec<f64> = counts.iter().map(|&k| lcdf_ref(k, lambda)).collect();
+        close(&format!("poisson_lcdf at {lambda}"), &host(&p.lcdf_rate(t1(&[lambda], &d))), &want, 1e-10, 1.0);
+        let want: Vec<f64> = counts.iter().map(|&k| lccdf_ref(k, lambda)).collect();
+        close(&format!("poisson_lccdf at {lambda}"), &host(&p.lccdf_rate(t1(&[lambda], &d))), &want, 1e-10, 1.0);
+        grad_check(
+            "poisson_lccdf in lambda",
+            &[lambda],
+            |l| PoissonLog::<1>::new(t1(&counts, &dev())).unwrap().lccdf_rate(l),
+            |l| counts.iter().map(|&k| lccdf_ref(k, l[0])).sum(),
+            1e-5,
+        );
+    }
+}
+
+#[test]
+fn laplace_uniform_and_new_continuous_cdfs_in_both_tails() {
+    let d = dev();
+    // double_exponential(mu, sigma): closed forms, far on both sides.
+    let (mu, s) = (1.0, 2.0);
+    let xs = [-80.0, -1.0, 1.0, 2.5, 60.0];
+    let lap_lcdf = |x: f64| if x < mu { (0.5f64).ln() + (x - mu) / s } else { (-0.5 * (-(x - mu) / s).exp()).ln_1p() };
+    let lap_lccdf = |x: f64| if x > mu { (0.5f64).ln() - (x - mu) / s } else { (-0.5 * ((x - mu) / s).exp()).ln_1p() };
+    elementwise("double_exponential_lcdf", &xs, |x| Laplace::<1>::new(mu, s).unwrap().lcdf(x), lap_lcdf, 1e-13, true);
+    elementwise(
+        "double_exponential_lccdf",
+        &xs,
+        |x| Laplace::<1>::new(mu, s).unwrap().lccdf(x),
+        lap_lccdf,
+        1e-13,
+        true,
+    );
+    // uniform(-1, 3)
+    let u = Uniform::<1>::new(-1.0, 3.0).unwrap();
+    let xs: [f64; 6] = [-2.0, -1.0, -0.999, 1.0, 3.0, 4.0];
+    let want: Vec<f64> = xs.iter().map(|&x| ((x + 1.0) / 4.0).clamp(0.0, 1.0).ln()).collect();
+    close("uniform_lcdf", &host(&u.lcdf(t1(&xs, &d))), &want, 1e-13, 1.0);
+    let want: Vec<f64> = xs.iter().map(|&x| ((3.0 - x) / 4.0).clamp(0.0, 1.0).ln()).collect();
+    close("uniform_lccdf", &host(&u.lccdf(t1(&xs, &d))), &want, 1e-13, 1.0);
+    grad_check(
+        "uniform_lcdf in the bounds",
+        &[-1.0, 3.0],
+        |p| Uniform::<1>::new(p.clone().narrow(0, 0, 1), p.narrow(0, 1, 1)).unwrap().lcdf(t1(&[0.5], &dev())),
+        |p| ((0.5 - p[0]) / (p[1] - p[0])).ln(),
+        1e-6,
+    );
+
+    // rayleigh(sigma): F = 1 - e^(-x^2 / (2 sigma^2)).
+    let sig = 1.5;
+    let r = Rayleigh::<1>::new(sig).unwrap();
+    let xs = [1e-4, 0.5, 2.0, 30.0];
+    let hs = |x: f64| x * x / (2.0 * sig * sig);
+    elementwise(
+        "rayleigh_lcdf",
+        &xs,
+        |x| Rayleigh::<1>::new(sig).unwrap().lcdf(x),
+        |x| (-(-hs(x)).exp_m1()).ln(),
+        1e-12,
+        true,
+    );
+    elementwise("rayleigh_lccdf", &xs, |x| Rayleigh::<1>::new(sig).unwrap().lccdf(x), |x| -hs(x), 1e-13, true);
+    let ray_lpdf = |x: f64| x.ln() - 2.0 * sig.ln() - hs(x);
+    close("rayleigh_lpdf", &lpdf(&r, &xs), &xs.map(ray_lpdf), 1e-13, 1.0);
+    close("rayleigh_lpdf outside", &lpdf(&r, &[-1.0, 0.0]), &[f64::NEG_INFINITY; 2], 0.0, 0.0);
+    let to = grid(1e-12, 2.0, 20_000);
+    assert!((simpson(&to, &lpdf(&r, &to)).ln() - host(&r.lcdf(t1(&[2.0], &d)))[0]).abs() < 1e-8);
+
+    // loglogistic(alpha, beta): F = 1 / (1 + (x / alpha)^-beta).
+    let (al, be) = (2.0, 3.0);
+    let ll = LogLogistic::<1>::new(al, be).unwrap();
+    let xs = [1e-5, 0.5, 2.0, 7.0, 1e4];
+    let t = |x: f64| be * (x / al).ln();
+    // (Gradients from 0.5 on: the central difference's step is too coarse at 1e-5.)
+    let ll_lpdf = |x: f64| be.ln() - al.ln() + (be - 1.0) * (x / al).ln() - 2.0 * softplus_ref(t(x));
+    close("loglogistic_lpdf", &lpdf(&ll, &xs), &xs.map(ll_lpdf), 1e-13, 1.0);
+    let lcdf = |x| LogLogistic::<1>::new(al, be).unwrap().lcdf(x);
+    let lccdf = |x| LogLogistic::<1>::new(al, be).unwrap().lccdf(x);
+    elementwise("loglogistic_lcdf", &xs[..1], lcdf, |x| -softplus_ref(-t(x)), 1e-13, false);
+    elementwise("loglogistic_lcdf", &xs[1..], lcdf, |x| -softplus_ref(-t(x)), 1e-13, true);
+    elementwise("loglogistic_lccdf", &xs, lccdf, |x| -softplus_ref(t(x)), 1e-13, true);
+    let to = grid(1e-12, 3.0, 30_000);
+    assert!((simpson(&to, &lpdf(&ll, &to)).ln() - host(&ll.lcdf(t1(&[3.0], &d)))[0]).abs() < 1e-8);
+
+    // pareto_type_2(mu, lambda, alpha): F = 1 - (1 + (x - mu) / lambda)^-alpha.
+    let (m2, lam, a2) = (0.5, 2.0, 3.0);
+    let p2 = ParetoType2::<1>::new(m2, lam, a2).unwrap();
+    let xs = [0.5 + 1e-9, 1.0, 5.0, 1e6];
+    let lg = |x: f64| ((x - m2) / lam).ln_1p();
+    close("pareto_type_2_lpdf", &lpdf(&p2, &xs), &xs.map(|x| a2.ln() - lam.ln() - (a2 + 1.0) * lg(x)), 1e-13, 1.0);
+    close("pareto_type_2 below mu", &lpdf(&p2, &[0.0]), &[f64::NEG_INFINITY], 0.0, 0.0);
+    let pt2 = || ParetoType2::<1>::new(m2, lam, a2).unwrap();
+    let lcdf_ref = |x: f64| (-(-a2 * lg(x)).exp_m1()).ln();
+    // (Gradients away from mu, where the central difference would step across it.)
+    elementwise("pareto_type_2_lcdf", &xs[..1], |x| pt2().lcdf(x), lcdf_ref, 1e-8, false);
+    elementwise("pareto_type_2_lcdf", &xs[1..], |x| pt2().lcdf(x), lcdf_ref, 1e-12, true);
+    elementwise("pareto_type_2_lccdf", &xs[1..], |x| pt2().lccdf(x), |x| -a2 * lg(x), 1e-13, true);
+    grad_check(
+        "pareto_type_2 in mu, lambda, alpha",
+        &[m2, lam, a2],
+        |p| {
+            ParetoType2::<1>::new(p.clone().narrow(0, 0, 1), p.clone().narrow(0, 1, 1), p.narrow(0, 2, 1))
+                .unwrap()
+                .log_prob(t1(&[1.0, 5.0], &dev()))
+        },
+        |p| [1.0, 5.0].iter().map(|&x| p[2].ln() - p[1].ln() - (p[2] + 1.0) * ((x - p[0]) / p[1]).ln_1p()).sum(),
+        1e-6,
+    );
+
+    // skew_double_exponential(mu, sigma, tau): the Functions Reference's density and its cdf.
+    let (m3, s3, tau): (f64, f64, f64) = (1.0, 2.0, 0.3);
+    let sde = |x: f64| {
+        let side = if x < m3 { (1.0 - tau) * (m3 - x) } else { tau * (x - m3) };
+        2f64.ln() + tau.ln() + (1.0 - tau).ln() - s3.ln() - 2.0 / s3 * side
+    };
+    let sde_lcdf = |x: f64| {
+        if x < m3 {
+            tau.ln() - 2.0 / s3 * (1.0 - tau) * (m3 - x)
+        } else {
+            (-(1.0 - tau) * (-2.0 / s3 * tau * (x - m3)).exp()).ln_1p()
+        }
+    };
+    let sde_lccdf = |x: f64| {
+        if x < m3 {
+            (-tau * (-2.0 / s3 * (1.0 - tau) * (m3 - x)).exp()).ln_1p()
+        } else {
+            (1.0 - tau).ln() - 2.0 / s3 * tau * (x - m3)
+        }
+    };
+    let xs = [-200.0, -1.0, 0.99, 1.5, 300.0];
+    let dist = || SkewDoubleExponential::<1>::new(m3, s3, tau).unwrap();
+    close("skew_double_exponential_lpdf", &lpdf(&dist(), &xs), &xs.map(sde), 1e-13, 1.0);
+    elementwise("skew_double_exponential_lcdf", &xs, |x| dist().lcdf(x), sde_lcdf, 1e-13, true);
+    elementwise("skew_double_exponential_lccdf", &xs, |x| dist().lccdf(x), sde_lccdf, 1e-13, true);
+    let to = grid(-40.0, 0.0, 40_000);
+    assert!((simpson(&to, &lpdf(&dist(), &to)).ln() - sde_lcdf(0.0)).abs() < 1e-8);
+    grad_check(
+        "skew_double_exponential in tau",
+        &[tau],
+        |p| SkewDoubleExponential::<1>::new(m3, s3, p).unwrap().lcdf(t1(&[-1.0, 4.0], &dev())),
+        |p| {
+            let t = p[0];
+            (t.ln() - 2.0 / s3 * (1.0 - t) * 2.0) + (-(1.0 - t) * (-2.0 / s3 * t * 3.0).exp()).ln_1p()
+        },
+        1e-6,
+    );
+
+    // Bad parameters are errors naming them.
+    invalid(Rayleigh::<1>::new(-1.0), "Rayleigh", "sigma");
+    invalid(LogLogistic::<1>::new(1.0, 0.0), "LogLogistic", "beta");
+    invalid(ParetoType2::<1>::new(0.0, -2.0, 1.0), "ParetoType2", "lambda");
+    invalid(SkewDoubleExponential::<1>::new(0.0, 1.0, 1.5), "SkewDoubleExponential", "tau");
+}
+
+#[test]
+fn expm1_and_inv_cloglog_keep_their_relative_precision() {
+    let xs = [-50.0, -1.0, -0.5, -1e-3, -1e-12, 0.0, 1e-12, 1e-5, 0.3, 0.5, 2.0, 30.0];
+    elementwise("expm1", &xs, expm1, f64::exp_m1, 1e-11, true);
+    let inv_cloglog_ref = |x: f64| -(-x.exp()).exp_m1();
+    elementwise("inv_cloglog", &[-700.0, -30.0, -1.0, 0.0, 1.0, 3.0], inv_cloglog, inv_cloglog_ref, 1e-11, true);
+    // f32 near 0 and far left, where 1 - exp(-exp(x)) would cancel to 0.
+    let d = dev();
+    let x = Tensor::<1>::from_data(TensorData::new(vec![1e-6f32, -40.0], [2]), &d);
+    close("f32 expm1", &host(&expm1(x.clone()))[..1], &[(1e-6f32 as f64).exp_m1()], 1e-6, 0.0);
+    close("f32 inv_cloglog", &host(&inv_cloglog(x))[1..], &[inv_cloglog_ref(-40.0)], 1e-6, 0.0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The remaining GLMs, neg_binomial and dirichlet_multinomial.
+
+#[test]
+fn remaining_glms_match_their_elementwise_likelihoods() {
+    let d = dev();
+    let (n_obs, k) = (5, 3);
+    let x: Vec<f64> = (0..n_obs * k).map(|i| ((i * 7 % 5) as f64 - 2.0) * 0.6).collect();
+    let beta = [0.5, -1.0, 2.0, 0.1, 0.0, -0.3]; // two particles
+    let alpha = [0.25, -1.5];
+    let xb = |p: usize, i: usize| (0..k).map(|j| x[i * k + j] * beta[p * k + j]).sum::<f64>();
+    let eta = |p: usize, i: usize| alpha[p] + xb(p, i);
+    let each =
+        |f: &dyn Fn(usize, usize) -> f64| -> Vec<f64> { (0..2 * n_obs).map(|e| f(e / n_obs, e % n_obs)).collect() };
+
+    // binomial_logit_glm
+    let (counts, trials) = ([0.0, 3.0, 1.0, 8.0, 2.0], [2.0, 3.0, 10.0, 9.0, 4.0]);
+    let glm = BinomialLogitGlm::new(t1(&counts, &d), t1(&trials, &d), t2(&x, n_obs, k, &d)).unwrap();
+    let got = host(&glm.log_prob(t2(&alpha, 2, 1, &d), t2(&beta, 2, k, &d)).unwrap());
+    let want = each(&|p, i| {
+        let e = eta(p, i);
+        lchoose_ref(trials[i], counts[i]) - counts[i] * softplus_ref(-e) - (trials[i] - counts[i]) * softplus_ref(e)
+    });
+    close("binomial_logit_glm", &got, &want, 1e-12, 1.0);
+    invalid(BinomialLogitGlm::new(t1(&counts, &d), 2.0, t2(&x, n_obs, k, &d)), "BinomialLogit", "counts");
+
+    // neg_binomial_2_log_glm, phi per particle
+    let phi = [2.0, 40.0];
+    let glm = NegBinomial2LogGlm::new(t1(&counts, &d), t2(&x, n_obs, k, &d)).unwrap();
+    let got = host(&glm.log_prob(t2(&alpha, 2, 1, &d), t2(&beta, 2, k, &d), t2(&phi, 2, 1, &d)).unwrap());
+    let nb2_ref = |n: f64, e: f64, ph: f64| {
+        let mu = e.exp();
+        lgamma_ref(n + ph) - lgamma_ref(ph) - lgamma_ref(n + 1.0)
+            + n * (mu / (mu + ph)).ln()
+            + ph * (ph / (mu + ph)).ln()
+    };
+    let want = each(&|p, i| nb2_ref(counts[i], eta(p, i), phi[p]));
+    close("neg_binomial_2_log_glm", &got, &want, 1e-9, 1.0);
+    invalid(glm.log_prob(0.0, t2(&beta, 2, k, &d), -1.0), "NegBinomial2LogGlm", "phi");
+    grad_check(
+        "neg_binomial_2_log_glm in beta",
+        &beta[..3],
+        |b| {
+            let glm = NegBinomial2LogGlm::new(t1(&counts, &dev()), t2(&x, n_obs, k, &dev())).unwrap();
+            glm.log_prob(0.25, b.reshape([1, 3]), 2.0).unwrap().reshape([n_obs])
+        },
+        |b| (0..n_obs).map(|i| nb2_ref(counts[i], 0.25 + (0..k).map(|j| x[i * k + j] * b[j]).sum::<f64>(), 2.0)).sum(),
+        1e-6,
+    );
+
+    // ordered_logistic_glm: x beta against cut points, 4 categories.
+    let y = [0usize, 3, 1, 2, 3];
+    let cuts = [-1.0, 0.0, 1.5, -0.5, 0.5, 2.5];
+    let glm = OrderedLogisticGlm::new(&y, 4, t2(&x, n_obs, k, &d)).unwrap();
+    let got = host(&glm.log_prob(t2(&beta, 2, k, &d), t2(&cuts, 2, 3, &d)).unwrap());
+    let inv_logit_ref = |v: f64| log_inv_logit_ref(v).exp();
+    let want = each(&|p, i| {
+        let e = xb(p, i);
+        let c = &cuts[p * 3..p * 3 + 3];
+        let upper = if y[i] == 0 { 1.0 } else { inv_logit_ref(e - c[y[i] - 1]) };
+        let lower = if y[i] == 3 { 0.0 } else { inv_logit_ref(e - c[y[i]]) };
+        (upper - lower).ln()
+    });
+    close("ordered_logistic_glm", &got, &want, 1e-11, 1.0);
+    invalid(OrderedLogisticGlm::new(&[0, 4], 4, t2(&x[..6], 2, 3, &d)), "OrderedLogistic", "y");
+
+    // categorical_logit_glm: 3 categories, alpha [n, C], beta [n, K, C].
+    let yc = [2usize, 0, 1, 1, 2];
+    let c = 3;
+    let alpha_c = [0.1, -0.2, 0.3, 0.0, 0.5, -1.0];
+    let beta_c: Vec<f64> = (0..2 * k * c).map(|i| ((i * 5 % 7) as f64 - 3.0) * 0.4).collect();
+    let glm = CategoricalLogitGlm::new(&yc, c, t2(&x, n_obs, k, &d)).unwrap();
+    let got = host(&glm.log_prob(t2(&alpha_c, 2, c, &d), t3(&beta_c, [2, k, c], &d)).unwrap());
+    let want = each(&|p, i| {
+        let lin: Vec<f64> = (0..c)
+            .map(|cat| {
+                alpha_c[p * c + cat] + (0..k).map(|j| x[i * k + j] * beta_c[p * k * c + j * c + cat]).sum::<f64>()
+            })
+            .collect();
+        let m = lin.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        lin[yc[i]] - m - lin.iter().map(|l| (l - m).exp()).sum::<f64>().ln()
+    });
+    close("categorical_logit_glm", &got, &want, 1e-12, 1.0);
+    invalid(
+        glm.log_prob(t2(&alpha_c, 2, c, &d), t3(&beta_c[..2 * c * 2], [2, 2, c], &d)),
+        "CategoricalLogitGlm",
+        "beta",
+    );
+}
+
+#[test]
+fn neg_binomial_and_dirichlet_multinomial_sum_to_one() {
+    let d = dev();
+    // neg_binomial(alpha, beta): the Functions Reference's mass function, and its sum.
+    let ks: Vec<f64> = (0..400).map(f64::from).collect();
+    for (a, b) in [(0.5, 0.2), (3.0, 1.5), (1e4, 2e3)] {
+        let lp = host(&NegBinomial::<1>::new(t1(&ks, &d)).unwrap().log_prob(a, b).unwrap());
+        let total: f64 = lp.iter().map(|l| l.exp()).sum();
+        assert!((total - 1.0).abs() < 1e-8, "neg_binomial({a}, {b}) sums to {total}");
+        let want: Vec<f64> = ks
+            .iter()
+            .take(30)
+            .map(|&n| {
+                lgamma_ref(n + a) - lgamma_ref(a) - lgamma_ref(n + 1.0) + a * (b / (1.0 + b)).ln() - n * b.ln_1p()
+            })
+            .collect();
+        close(&format!("neg_binomial({a}, {b})"), &lp[..30], &want, 1e-8, 1.0);
+    }
+    grad_check(
+        "neg_binomial in alpha",
+        &[3.0],
+        |p| NegBinomial::<1>::new(t1(&[0.0, 4.0], &dev())).unwrap().log_prob(p, 1.5).unwrap(),
+        |p| {
+            [0.0, 4.0]
+                .iter()
+                .map(|&n| lgamma_ref(n + p[0]) - lgamma_ref(p[0]) + p[0] * (1.5f64 / 2.5).ln() - n * 1.5f64.ln_1p())
+                .sum()
+        },
+        1e-6,
+    );
+    invalid(NegBinomial::<1>::new(t1(&[1.0], &d)).unwrap().log_prob(-1.0, 1.0), "NegBinomial", "alpha");
+
+    // dirichlet_multinomial: every composition of N = 5 into 3 parts, for two particles.
+    let mut rows = Vec::new();
+    for i in 0..=5 {
+        for j in 0..=5 - i {
+            rows.extend([i as f64, j as f64, (5 - i - j) as f64]);
+        }
+    }
+    let m = rows.len() / 3;
+    let alpha = [0.5, 2.0, 7.0, 100.0, 0.1, 1.0];
+    let dm = DirichletMultinomial::new(t2(&rows, m, 3, &d)).unwrap();
+    let lp = host(&dm.log_prob(t3(&alpha, [2, 1, 3], &d)).unwrap());
+    for p in 0..2 {
+        let a = &alpha[p * 3..p * 3 + 3];
+        let a0: f64 = a.iter().sum();
+        let total: f64 = lp[p * m..(p + 1) * m].iter().map(|l| l.exp()).sum();
+        assert!((total - 1.0).abs() < 1e-9, "dirichlet_multinomial({a:?}) sums to {total}");
+        let want: Vec<f64> = (0..m)
+            .map(|r| {
+                let y = &rows[r * 3..r * 3 + 3];
+                lgamma_ref(6.0) + lgamma_ref(a0) - lgamma_ref(5.0 + a0)
+                    + (0..3).map(|c| lgamma_ref(y[c] + a[c]) - lgamma_ref(a[c]) - lgamma_ref(y[c] + 1.0)).sum::<f64>()
+            })
+            .collect();
+        close("dirichlet_multinomial", &lp[p * m..(p + 1) * m], &want, 1e-8, 1.0);
+    }
+    invalid(DirichletMultinomial::new(t2(&[1.0, -1.0], 1, 2, &d)), "DirichletMultinomial", "counts");
+    invalid(dm.log_prob(t3(&alpha[..4], [2, 1, 2], &d)), "DirichletMultinomial", "alpha");
+}
+
+// ---------------------------------------------------------------------------------------------
+// multi_normal_prec, multi_student_t_cholesky and the Wishart family.
+
+/// `ln Gamma_K(x)`, the multivariate log-gamma function.
+fn lmgamma_ref(k: usize, x: f64) -> f64 {
+    (k * (k - 1)) as f64 / 4.0 * PI.ln() + (0..k).map(|j| lgamma_ref(x - j as f64 / 2.0)).sum::<f64>()
+}
+
+/// A 2 x 2 symmetric matrix `[a, b; b, c]` as `(det, inverse entries (a', b', c'))`.
+fn inv2(m: &[f64]) -> (f64, [f64; 3]) {
+    let (a, b, c) = (m[0], m[1], m[3]);
+    let det = a * c - b * b;
+    (det, [c / det, -b / det, a / det])
+}
+
+/// `tr(A B)` for symmetric 2 x 2 `A = [a0, a1; a1, a2]` and `B` as a full row-major matrix.
+fn trace2(a: [f64; 3], b: &[f64]) -> f64 {
+    a[0] * b[0] + a[1] * b[2] + a[1] * b[1] + a[2] * b[3]
+}
+
+/// The lower Cholesky factor of a 2 x 2 SPD matrix, row-major.
+fn chol2(m: &[f64]) -> [f64; 4] {
+    let l00 = m[0].sqrt();
+    let l10 = m[2] / l00;
+    [l00, 0.0, l10, (m[3] - l10 * l10).sqrt()]
+}
+
+#[test]
+fn multi_normal_prec_and_multi_student_t_cholesky_against_two_by_two_forms() {
+    let d = dev();
+    let omega = [2.0, 0.6, 0.6, 1.0, 1.0, 2.0, 2.0, 1.0]; // the second is not positive definite
+    let mu = [0.5, -1.0, 0.0, 0.0];
+    let y = [1.0, 0.5];
+    let (r0, r1) = (y[0] - mu[0], y[1] - mu[1]);
+    let (a, b, c) = (omega[0], omega[1], omega[3]);
+    let det = a * c - b * b;
+    let q = a * r0 * r0 + 2.0 * b * r0 * r1 + c * r1 * r1;
+    let mnp = MultiNormalPrec::new(Some(t2(&mu, 2, 2, &d)), t3(&omega, [2, 2, 2], &d)).unwrap();
+    let got = host(&mnp.log_prob(t2(&y, 1, 2, &d)).unwrap());
+    close("multi_normal_prec", &got, &[-(2.0 * PI).ln() + 0.5 * det.ln() - 0.5 * q, f64::NEG_INFINITY], 1e-13, 1.0);
+    grad_check(
+        "multi_normal_prec in y",
+        &y,
+        |t| {
+            MultiNormalPrec::new(Some(t2(&mu[..2], 1, 2, &dev())), t3(&omega[..4], [1, 2, 2], &dev()))
+                .unwrap()
+                .log_prob(t.reshape([1, 2]))
+                .unwrap()
+        },
+        |y| {
+            let (r0, r1) = (y[0] - mu[0], y[1] - mu[1]);
+            0.5 * det.ln() - 0.5 * (a * r0 * r0 + 2.0 * b * r0 * r1 + c * r1 * r1)
+        },
+        1e-6,
+    );
+
+    // multi_student_t_cholesky with L = chol(Sigma) against the Sigma form's closed density.
+    let sigma = [2.0, 0.6, 0.6, 1.0];
+    let l = chol2(&sigma);
+    let (sdet, sinv) = inv2(&sigma);
+    let qs = sinv[0] * r0 * r0 + 2.0 * sinv[1] * r0 * r1 + sinv[2] * r1 * r1;
+    let nu = 4.5;
+    let want = lgamma_ref((nu + 2.0) / 2.0)
+        - lgamma_ref(nu / 2.0)
+        - (nu * PI).ln()
+        - 0.5 * sdet.ln()
+        - (nu + 2.0) / 2.0 * (qs / nu).ln_1p();
+    let bad_l = [1.0, 0.0, 0.3, -1.0];
+    let ls: Vec<f64> = l.iter().chain(&bad_l).copied().collect();
+    let st = MultiStudentT::from_cholesky(nu, Some(t2(&mu[..2], 1, 2, &d)), t3(&ls, [2, 2, 2], &d)).unwrap();
+    close(
+        "multi_student_t_cholesky",
+        &host(&st.log_prob(t2(&y, 1, 2, &d)).unwrap()),
+        &[want, f64::NEG_INFINITY],
+        1e-12,
+        1.0,
+    );
+    invalid(MultiStudentT::from_cholesky(0.0, None, t3(&l, [1, 2, 2], &d)), "multi_student_t_cholesky", "nu");
+}
+
+#[test]
+fn wishart_family_against_two_by_two_densities() {
+    let d = dev();
+    let k = 2usize;
+    let s = [1.5, 0.4, 0.4, 0.8];
+    let w = [2.0, -0.3, -0.3, 0.7];
+    let (sdet, sinv) = inv2(&s);
+    let (wdet, winv) = inv2(&w);
+    let kf = k as f64;
+    let wishart_ref = |nu: f64| {
+        0.5 * (nu - kf - 1.0) * wdet.ln()
+            - 0.5 * trace2(sinv, &w)
+            - 0.5 * nu * kf * 2f64.ln()
+            - 0.5 * nu * sdet.ln()
+            - lmgamma_ref(k, 0.5 * nu)
+    };
+    let inv_wishart_ref = |nu: f64| {
+        0.5 * nu * sdet.ln()
+            - 0.5 * (nu + kf + 1.0) * wdet.ln()
+            - 0.5 * trace2(winv, &s)
+            - 0.5 * nu * kf * 2f64.ln()
+            - lmgamma_ref(k, 0.5 * nu)
+    };
+    // ln |d W / d L_W| = K ln 2 + sum_i (K - i) ln L_ii (0-based i).
+    let lw = chol2(&w);
+    let jac = kf * 2f64.ln() + 2.0 * lw[0].ln() + lw[3].ln();
+    let t_s = || t3(&s, [1, 2, 2], &dev());
+    let t_w = || t3(&w, [1, 2, 2], &dev());
+    let t_ls = || t3(&chol2(&s), [1, 2, 2], &dev());
+    let t_lw = || t3(&lw, [1, 2, 2], &dev());
+    for nu in [1.5, 4.0, 30.0] {
+        let got = host(&Wishart::new(nu, t_s()).unwrap().log_prob(t_w()).unwrap())[0];
+        close("wishart", &[got], &[wishart_ref(nu)], 1e-12, 1.0);
+        let got = host(&InvWishart::new(nu, t_s()).unwrap().log_prob(t_w()).unwrap())[0];
+        close("inv_wishart", &[got], &[inv_wishart_ref(nu)], 1e-12, 1.0);
+        let got = host(&WishartCholesky::new(nu, t_ls()).unwrap().log_prob(t_lw()).unwrap())[0];
+        close("wishart_cholesky", &[got], &[wishart_ref(nu) + jac], 1e-12, 1.0);
+        let got = host(&InvWishartCholesky::new(nu, t_ls()).unwrap().log_prob(t_lw()).unwrap())[0];
+        close("inv_wishart_cholesky", &[got], &[inv_wishart_ref(nu) + jac], 1e-12, 1.0);
+    }
+    // A tensor nu per particle, its gradient; and W's gradient.
+    grad_check(
+        "wishart_cholesky in nu",
+        &[2.5, 7.0],
+        |nu| WishartCholesky::new(nu, t_ls()).unwrap().log_prob(t_lw().expand([2, 2, 2])).unwrap(),
+        |nu| nu.iter().map(|&v| wishart_ref(v) + jac).sum(),
+        1e-6,
+    );
+    grad_check(
+        "inv_wishart in W",
+        &w,
+        |t| InvWishart::new(3.0, t_s()).unwrap().log_prob(t.reshape([1, 2, 2])).unwrap(),
+        |m| {
+            // linalg::cholesky's backward pass gives a symmetric gradient: each off-diagonal
+            // entry carries half of the derivative along the symmetric direction.
+            let off = 0.5 * (m[1] + m[2]);
+            let m = [m[0], off, off, m[3]];
+            let (det, inv) = inv2(&m);
+            0.5 * 3.0 * sdet.ln()
+                - 0.5 * (3.0 + kf + 1.0) * det.ln()
+                - 0.5 * trace2(inv, &s)
+                - 1.5 * kf * 2f64.ln()
+                - lmgamma_ref(k, 1.5)
+        },
+        1e-6,
+    );
+    // Not positive definite, and nu outside (K - 1, inf).
+    let not_pd = t3(&[1.0, 2.0, 2.0, 1.0], [1, 2, 2], &d);
+    assert_eq!(host(&Wishart::new(3.0, t_s()).unwrap().log_prob(not_pd).unwrap()), [f64::NEG_INFINITY]);
+    invalid(WishartCholesky::new(0.5, t_ls()), "wishart_cholesky", "nu");
+    invalid(InvWishart::new(1.0, t_s()), "inv_wishart", "nu");
+}
+
+#[test]
+fn student_t_batched_cdfs_in_both_tails_with_gradients_in_df() {
+    // P(T > |t|): closed forms for nu = 1 and 2 (written to keep the far tail), else
+    // I_{nu / (nu + t^2)}(nu / 2, 1 / 2) / 2 by quadrature.
+    let ln_far = |t: f64, nu: f64| {
+        let a = t.abs();
+        if nu == 1.0 {
+            ((1.0 / a).atan() / PI).ln()
+        } else if nu == 2.0 {
+            let s = (a * a + 2.0).sqrt();
+            -(s * (s + a)).ln()
+        } else {
+            ln_inc_beta_quad(nu / 2.0, 0.5, nu / (nu + t * t)).0 - LN_2
+        }
+    };
+    let log1m_exp_ref = |l: f64| if l > -LN_2 { (-l.exp_m1()).ln() } else { (-l.exp()).ln_1p() };
+    let lcdf_ref = |[t, nu]: [f64; 2]| if t < 0.0 { ln_far(t, nu) } else { log1m_exp_ref(ln_far(t, nu)) };
+    let lccdf_ref = |[t, nu]: [f64; 2]| if t > 0.0 { ln_far(t, nu) } else { log1m_exp_ref(ln_far(t, nu)) };
+    let mut points = Vec::new();
+    for nu in [1.0, 2.0, 4.5, 30.0] {
+        for t in [-30.0, -2.0, -0.3, 0.7, 5.0, 200.0] {
+            points.push([t, nu]);
+        }
+    }
+    let lcdf = |[t, nu]: [Tensor<1>; 2]| StudentT::<1>::new(nu, 0.0, 1.0).unwrap().lcdf_batched(t);
+    let lccdf = |[t, nu]: [Tensor<1>; 2]| StudentT::<1>::new(nu, 0.0, 1.0).unwrap().lccdf_batched(t);
+    // Gradients in df where the quadrature reference is smooth in it (not the closed forms).
+    let (closed, quad) = points.split_at(12);
+    check_points("student_t_lcdf", closed, lcdf, lcdf_ref, 1e-11, [true, false], 1e-5);
+    check_points("student_t_lccdf", closed, lccdf, lccdf_ref, 1e-11, [true, false], 1e-5);
+    check_points("student_t_lcdf", quad, lcdf, lcdf_ref, 1e-9, [true; 2], 1e-5);
+    check_points("student_t_lccdf", quad, lccdf, lccdf_ref, 1e-9, [true; 2], 1e-5);
+    // At the location: ln 1/2 on both sides for every df, derivative f(0) / (1/2).
+    let d = dev();
+    for nu in [1.0, 4.5] {
+        let f0 = (lgamma_ref((nu + 1.0) / 2.0) - lgamma_ref(nu / 2.0) - 0.5 * (nu * PI).ln()).exp();
+        let st = StudentT::<1>::new(t1(&[nu], &d), 0.0, 1.0).unwrap();
+        close("student_t_lcdf at 0", &host(&st.lcdf_batched(t1(&[0.0], &d))), &[-LN_2], 1e-14, 1.0);
+        let (_, g) = value_and_grad(t1(&[0.0], &d), |t| {
+            StudentT::<1>::new(t1(&[nu], &dev()), 0.0, 1.0).unwrap().lccdf_batched(t)
+        })
+        .unwrap();
+        close("student_t_lccdf slope at 0", &host(&g), &[-2.0 * f0], 1e-12, 0.0);
+        let (_, g) = value_and_grad(t1(&[nu], &d), |nu| {
+            StudentT::<1>::new(nu, 0.0, 1.0).unwrap().lcdf_batched(t1(&[0.0], &dev()))
+        })
+        .unwrap();
+        close("student_t_lcdf df-slope at 0", &host(&g), &[0.0], 0.0, 1e-12);
+    }
+    // Location and scale through t = (x - loc) / scale; the host version agrees.
+    grad_check(
+        "student_t_lccdf in loc, scale",
+        &[0.5, 2.0],
+        |p| {
+            StudentT::<1>::new(3.0, p.clone().narrow(0, 0, 1), p.narrow(0, 1, 1))
+                .unwrap()
+                .lccdf_batched(t1(&[-1.0, 9.0], &dev()))
+        },
+        |p| [-1.0, 9.0].iter().map(|&x| lccdf_ref([(x - p[0]) / p[1], 3.0])).sum(),
+        1e-6,
+    );
+    let host_side = StudentT::<1>::new(3.0, 0.5, 2.0).unwrap().lccdf(9.0).unwrap();
+    let batched = host(&StudentT::<1>::new(3.0, 0.5, 2.0).unwrap().lccdf_batched(t1(&[9.0], &d)))[0];
+    assert!((host_side - batched).abs() < 1e-12, "host {host_side} vs batched {batched}");
+}
+
+#[test]
+fn neg_binomial_2_cdfs_against_sums_of_the_mass_function() {
+    let d = dev();
+    let ln_pmf = |n: f64, mu: f64, phi: f64| {
+        lgamma_ref(n + phi) - lgamma_ref(phi) - lgamma_ref(n + 1.0)
+            + n * (mu / (mu + phi)).ln()
+            + phi * (phi / (mu + phi)).ln()
+    };
+    let log_sum = |terms: Vec<f64>| {
+        let m = terms.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        m + terms.iter().map(|t| (t - m).exp()).sum::<f64>().ln()
+    };
+    let lcdf_ref = |k: f64, mu: f64, phi: f64| log_sum((0..=k as usize).map(|j| ln_pmf(j as f64, mu, phi)).collect());
+    let lccdf_ref = |k: f64, mu: f64, phi: f64| {
+        log_sum((k as usize + 1..k as usize + 3000).map(|j| ln_pmf(j as f64, mu, phi)).collect())
+    };
+    let counts = [0.0, 3.0, 40.0];
+    for (mu, phi) in [(0.05, 2.0), (4.0, 0.7), (30.0, 50.0)] {
+        let nb = NegBinomial2::<1>::new(t1(&counts, &d)).unwrap();
+        let want: Vec<f64> = counts.iter().map(|&k| lcdf_ref(k, mu, phi)).collect();
+        let got = host(&nb.lcdf(t1(&[mu], &d), phi).unwrap());
+        close(&format!("neg_binomial_2_lcdf({mu}, {phi})"), &got, &want, 1e-9, 1.0);
+        let want: Vec<f64> = counts.iter().map(|&k| lccdf_ref(k, mu, phi)).collect();
+        let got = host(&nb.lccdf(t1(&[mu], &d), phi).unwrap());
+        close(&format!("neg_binomial_2_lccdf({mu}, {phi})"), &got, &want, 1e-9, 1.0);
+        grad_check(
+            "neg_binomial_2_lccdf in mu, phi",
+            &[mu, phi],
+            |p| {
+                NegBinomial2::<1>::new(t1(&counts, &dev()))
+                    .unwrap()
+                    .lccdf(p.clone().narrow(0, 0, 1), p.narrow(0, 1, 1))
+                    .unwrap()
+            },
+            |p| counts.iter().map(|&k| lccdf_ref(k, p[0], p[1])).sum(),
+            1e-5,
+        );
+    }
+    invalid(NegBinomial2::<1>::new(t1(&[1.0], &d)).unwrap().lcdf(t1(&[1.0], &d), 0.0), "NegBinomial2", "phi");
+    // neg_binomial(alpha, beta) is neg_binomial_2(alpha / beta, alpha).
+    let (alpha, beta) = (2.5, 0.4);
+    let nb = NegBinomial::<1>::new(t1(&counts, &d)).unwrap();
+    let want: Vec<f64> = counts.iter().map(|&k| lcdf_ref(k, alpha / beta, alpha)).collect();
+    close("neg_binomial_lcdf", &host(&nb.lcdf(alpha, beta).unwrap()), &want, 1e-9, 1.0);
+    let want: Vec<f64> = counts.iter().map(|&k| lccdf_ref(k, alpha / beta, alpha)).collect();
+    close("neg_binomial_lccdf", &host(&nb.lccdf(alpha, beta).unwrap()), &want, 1e-9, 1.0);
+    invalid(nb.lcdf(alpha, -1.0), "NegBinomial", "beta");
+}
+
+#[test]
+fn trigamma_lmgamma_factorials_and_log_inv_logit_diff() {
+    // trigamma(n) = pi^2 / 6 - sum_{k<n} 1/k^2; trigamma(1/2) = pi^2 / 2; elsewhere the series
+    // sum_{k<1000} 1/(x + k)^2 plus the asymptotic tail at x + 1000.
+    let trigamma_ref = |x: f64| {
+        let z = x + 1000.0;
+        (0..1000).map(|k| 1.0 / (x + k as f64).powi(2)).sum::<f64>() + 1.0 / z + 0.5 / (z * z) + 1.0 / (6.0 * z * z * z)
+    };
+    let d = dev();
+    let exact = [PI * PI / 6.0, PI * PI / 6.0 - 1.0 - 0.25, PI * PI / 2.0];
+    close("trigamma exact", &host(&trigamma(t1(&[1.0, 3.0, 0.5], &d))), &exact, 1e-10, 0.0);
+    elementwise("trigamma", &[0.01, 0.3, 2.5, 40.0, 1e4], trigamma, trigamma_ref, 1e-9, true);
+    let lmgamma_ref = |k: usize, x: f64| {
+        (k * (k - 1)) as f64 / 4.0 * PI.ln() + (0..k).map(|j| lgamma_ref(x - j as f64 / 2.0)).sum::<f64>()
+    };
+    elementwise("lmgamma(3, x)", &[1.2, 4.0, 50.0], |x| lmgamma(3, x), |x| lmgamma_ref(3, x), 1e-8, true);
+    let (x, n) = ([3.5, 100.0, 0.2], [2.0, 7.0, 0.0]);
+    let rising: Vec<f64> = x.iter().zip(&n).map(|(&x, &n)| lgamma_ref(x + n) - lgamma_ref(x)).collect();
+    close("log_rising_factorial", &host(&log_rising_factorial(t1(&x, &d), t1(&n, &d))), &rising, 1e-8, 1.0);
+    let falling: Vec<f64> = x.iter().zip(&n).map(|(&x, &n)| lgamma_ref(x + 1.0) - lgamma_ref(x - n + 1.0)).collect();
+    close("log_falling_factorial", &host(&log_falling_factorial(t1(&x, &d), t1(&n, &d))), &falling, 1e-8, 1.0);
+    // ln(inv_logit(x) - inv_logit(y)), in the tails where the difference of probabilities
+    // would round away: both near 1 (x = 40, y = 39), both near 0, and a wide gap.
+    let (xs, ys) = ([40.0, -40.0, 2.0, 0.5, 1.0], [39.0, -41.0, -3.0, 0.5 - 1e-9, 1.0]);
+    let want: Vec<f64> =
+        xs.iter()
+            .zip(&ys)
+            .map(|(&x, &y)| {
+                if x == y {
+                    f64::NEG_INFINITY
+                } else {
+                    x - softplus_ref(x) - softplus_ref(y) + (-(y - x).exp_m1()).ln()
+                }
+            })
+            .collect();
+    close("log_inv_logit_diff", &host(&log_inv_logit_diff(t1(&xs, &d), t1(&ys, &d))), &want, 1e-12, 1.0);
+    // Against the probabilities themselves where they are representable.
+    let direct = (log_inv_logit_ref(2.0).exp() - log_inv_logit_ref(-3.0).exp()).ln();
+    assert!((want[2] - direct).abs() < 1e-14);
+    grad_check(
+        "log_inv_logit_diff",
+        &[2.0, -3.0],
+        |p| log_inv_logit_diff(p.clone().narrow(0, 0, 1), p.narrow(0, 1, 1)),
+        |p| (log_inv_logit_ref(p[0]).exp() - log_inv_logit_ref(p[1]).exp()).ln(),
+        1e-6,
+    );
+}
+
+/// The host kernels behind the incomplete gamma and beta functions read and write tensors of
+/// every backend: flex, ndarray and wgpu (when it has an adapter) give the f64 values and
+/// gradients to f32 precision, particle parameters `[n, 1]` broadcast against data `[1, N]`.
+#[test]
+fn incomplete_function_cdfs_agree_on_every_backend() {
+    let mut backends = vec![BackendKind::Flex, BackendKind::Ndarray];
+    match BackendKind::Wgpu.device() {
+        Ok(_) => backends.push(BackendKind::Wgpu),
+        Err(reason) => {
+            if std::env::var_os("PARVI_REQUIRE_WGPU").is_some() {
+                panic!("PARVI_REQUIRE_WGPU is set but wgpu is unavailable: {reason}");
+            }
+            eprintln!("SKIPPED wgpu: {reason}");
+        }
+    }
+    let (shapes, xs) = ([0.5, 3.0, 30.0], [0.2, 40.0, 5.0, 2.0]);
+    // Reference: f64 on flex; sum over the [3, 4] grid, gradient in the shapes [3, 1].
+    let run = |device: &Device, dtype: DType| {
+        let x = Tensor::<2>::from_data(TensorData::new(xs.to_vec(), [1, 4]).convert_dtype(dtype), (device, dtype));
+        let a = Tensor::<2>::from_data(TensorData::new(shapes.to_vec(), [3, 1]).convert_dtype(dtype), (device, dtype));
+        let (v, g) = value_and_grad(a, |a| {
+            let gamma = Gamma::<2>::new(a.clone(), 1.0).unwrap().lccdf(x.clone());
+            let beta = Beta::<2>::new(a, 2.0).unwrap().lcdf(x.clone().div_scalar(50.0));
+            (gamma + beta).sum_dim(1).reshape([3])
+        })
+        .unwrap();
+        (host(&v), host(&g))
+    };
+    let (want_v, want_g) = run(&dev(), DType::F64);
+    for kind in backends {
+        let device = kind.device().unwrap();
+        let (v, g) = run(&device, DType::F32);
+        close(&format!("{kind:?} values"), &v, &want_v, 1e-5, 1.0);
+        close(&format!("{kind:?} gradients"), &g, &want_g, 1e-4, 1.0);
+    }
+}
+
+#[test]
+fn exp_mod_normal_cdfs_in_both_tails() {
+    let d = dev();
+    let (mu, sg, la) = (1.0, 0.7, 2.0);
+    // The cdf Phi(z) - e^(s^2/2 - s z) Phi(z - s), s = lambda sigma, with the f64 normal cdf.
+    let parts = |x: f64, mu: f64, sg: f64, la: f64| {
+        let (z, s) = ((x - mu) / sg, la * sg);
+        let (lp, lq) = ln_phi_ref(z);
+        (lp, lq, 0.5 * s * s - s * z + ln_phi_ref(z - s).0)
+    };
+    let lcdf_ref = |x: f64, mu: f64, sg: f64, la: f64| {
+        let (lp, _, e) = parts(x, mu, sg, la);
+        lp + (-(e - lp).exp_m1()).ln()
+    };
+    let lccdf_ref = |x: f64, mu: f64, sg: f64, la: f64| {
+        let (_, lq, e) = parts(x, mu, sg, la);
+        let m = lq.max(e);
+        m + ((lq - m).exp() + (e - m).exp()).ln()
+    };
+    let emn = ExpModNormal::<1>::new(mu, sg, la).unwrap();
+    let xs = [-6.0, -1.0, 1.0, 3.0, 40.0];
+    let want: Vec<f64> = xs.iter().map(|&x| lcdf_ref(x, mu, sg, la)).collect();
+    close("exp_mod_normal_lcdf", &host(&emn.lcdf(t1(&xs, &d))), &want, 3e-6, 1.0);
+    let want: Vec<f64> = xs.iter().map(|&x| lccdf_ref(x, mu, sg, la)).collect();
+    close("exp_mod_normal_lccdf", &host(&emn.lccdf(t1(&xs, &d))), &want, 3e-7, 1.0);
+    // Both against the density (tested above) by quadrature.
+    let g = grid(-8.0, 1.0, 18_000);
+    let lp = lpdf(&emn, &g);
+    assert!((simpson(&g, &lp).ln() - host(&emn.lcdf(t1(&[1.0], &d)))[0]).abs() < 1e-6);
+    let g = grid(3.0, 40.0, 37_000);
+    assert!((simpson(&g, &lpdf(&emn, &g)).ln() - host(&emn.lccdf(t1(&[3.0], &d)))[0]).abs() < 1e-6);
+    grad_check(
+        "exp_mod_normal_lcdf in mu, sigma, lambda",
+        &[mu, sg, la],
+        |p| {
+            ExpModNormal::<1>::new(p.clone().narrow(0, 0, 1), p.clone().narrow(0, 1, 1), p.narrow(0, 2, 1))
+                .unwrap()
+                .lcdf(t1(&[0.0, 3.0], &dev()))
+        },
+        |p| [0.0, 3.0].iter().map(|&x| lcdf_ref(x, p[0], p[1], p[2])).sum(),
+        1e-5,
+    );
+    grad_check(
+        "exp_mod_normal_lccdf in mu, sigma, lambda",
+        &[mu, sg, la],
+        |p| {
+            ExpModNormal::<1>::new(p.clone().narrow(0, 0, 1), p.clone().narrow(0, 1, 1), p.narrow(0, 2, 1))
+                .unwrap()
+                .lccdf(t1(&[0.0, 3.0, 30.0], &dev()))
+        },
+        |p| [0.0, 3.0, 30.0].iter().map(|&x| lccdf_ref(x, p[0], p[1], p[2])).sum(),
+        1e-5,
+    );
+}
+
+#[test]
+fn beta_binomial_cdfs_against_sums_of_the_mass_function() {
+    let d = dev();
+    let n_trials = 12.0;
+    let lbeta_ref = |x: f64, y: f64| lgamma_ref(x) + lgamma_ref(y) - lgamma_ref(x + y);
+    let ln_pmf =
+        |k: f64, a: f64, b: f64| lchoose_ref(n_trials, k) + lbeta_ref(k + a, n_trials - k + b) - lbeta_ref(a, b);
+    let log_sum = |terms: Vec<f64>| {
+        if terms.is_empty() {
+            return f64::NEG_INFINITY;
+        }
+        let m = terms.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        m + terms.iter().map(|t| (t - m).exp()).sum::<f64>().ln()
+    };
+    let lcdf_ref = |k: f64, a: f64, b: f64| log_sum((0..=k as usize).map(|j| ln_pmf(j as f64, a, b)).collect());
+    let lccdf_ref = |k: f64, a: f64, b: f64| log_sum((k as usize + 1..=12).map(|j| ln_pmf(j as f64, a, b)).collect());
+    let ks = [0.0, 3.0, 11.0, 12.0];
+    for (a, b) in [(0.5, 0.5), (2.0, 30.0), (50.0, 1.5)] {
+        let bb = BetaBinomial::<1>::new(t1(&ks, &d), n_trials).unwrap();
+        let want: Vec<f64> = ks.iter().map(|&k| lcdf_ref(k, a, b)).collect();
+        close(&format!("beta_binomial_lcdf({a}, {b})"), &host(&bb.lcdf(a, b).unwrap()), &want, 1e-9, 1.0);
+        let want: Vec<f64> = ks.iter().map(|&k| lccdf_ref(k, a, b)).collect();
+        close(&format!("beta_binomial_lccdf({a}, {b})"), &host(&bb.lccdf(a, b).unwrap()), &want, 1e-9, 1.0);
+        for (name, lower) in [("lcdf", true), ("lccdf", false)] {
+            grad_check(
+                &format!("beta_binomial_{name} in alpha, beta"),
+                &[a, b],
+                |p| {
+                    let bb = BetaBinomial::<1>::new(t1(&ks[..3], &dev()), n_trials).unwrap();
+                    let (alpha, beta) = (p.clone().narrow(0, 0, 1), p.narrow(0, 1, 1));
+                    if lower { bb.lcdf(alpha, beta).unwrap() } else { bb.lccdf(alpha, beta).unwrap() }
+                },
+                |p| {
+                    ks[..3]
+                        .iter()
+                        .map(|&k| if lower { lcdf_ref(k, p[0], p[1]) } else { lccdf_ref(k, p[0], p[1]) })
+                        .sum()
+                },
+                1e-6,
+            );
+        }
+    }
+    invalid(BetaBinomial::<1>::new(t1(&ks, &d), n_trials).unwrap().lcdf(0.0, 1.0), "BetaBinomial", "alpha");
+}
+
+#[test]
+fn lkj_corr_against_the_beta_form_and_the_cholesky_density() {
+    let d = dev();
+    // K = 2: (r + 1) / 2 ~ beta(eta, eta), so p(r) = (1 - r^2)^(eta - 1) / (2^(2 eta - 1) B(eta, eta)).
+    let lbeta_ref = |x: f64, y: f64| lgamma_ref(x) + lgamma_ref(y) - lgamma_ref(x + y);
+    let lkj2_ref = |r: f64, eta: f64| (eta - 1.0) * (1.0 - r * r).ln() - (2.0 * eta - 1.0) * LN_2 - lbeta_ref(eta, eta);
+    let rs = [-0.9, 0.0, 0.5, 1.2];
+    let omegas: Vec<f64> = rs.iter().flat_map(|&r| [1.0, r, r, 1.0]).collect();
+    for eta in [0.5, 1.0, 3.0] {
+        let got = host(&LkjCorr::new(eta).unwrap().log_prob(t3(&omegas, [4, 2, 2], &d)).unwrap());
+        let want: Vec<f64> =
+            rs.iter().map(|&r| if r.abs() < 1.0 { lkj2_ref(r, eta) } else { f64::NEG_INFINITY }).collect();
+        close(&format!("lkj_corr K = 2, eta {eta}"), &got, &want, 1e-9, 1.0);
+    }
+    grad_check(
+        "lkj_corr in eta",
+        &[0.7, 4.0],
+        |eta| LkjCorr::new(eta).unwrap().log_prob(t3(&omegas[4..12], [2, 2, 2], &dev())).unwrap(),
+        |eta| lkj2_ref(0.0, eta[0]) + lkj2_ref(0.5, eta[1]),
+        1e-6,
+    );
+    // K = 3: lkj_corr_cholesky(L) = lkj_corr(L L^T) + sum_{i >= 1} (K - 1 - i) ln L_ii (0-based).
+    let l = [1.0, 0.0, 0.0, 0.6, 0.8, 0.0, -0.3, 0.4, (1.0f64 - 0.09 - 0.16).sqrt()];
+    let mut omega = [0.0; 9];
+    for i in 0..3 {
+        for j in 0..3 {
+            omega[i * 3 + j] = (0..3).map(|m| l[i * 3 + m] * l[j * 3 + m]).sum();
+        }
+    }
+    let eta = 2.5;
+    let corr = host(&LkjCorr::new(eta).unwrap().log_prob(t3(&omega, [1, 3, 3], &d)).unwrap())[0];
+    let chol = host(&LkjCorrCholesky::new(eta).unwrap().log_prob(t3(&l, [1, 3, 3], &d)))[0];
+    let jacobian = l[4].ln(); // (K - 1 - i) ln L_ii: 1 ln L_11 + 0 ln L_22
+    assert!((chol - corr - jacobian).abs() < 1e-12, "lkj_corr {corr} against lkj_corr_cholesky {chol}");
+    invalid(LkjCorr::new(0.0), "lkj_corr", "eta");
+
+    // trace_quad_form(a, b) = tr(b^T a b).
+    let a = [2.0, 0.5, 0.5, 1.0];
+    let b = [1.0, -2.0, 0.5, 3.0, 0.0, 1.0]; // [2, 3]
+    let mut want = 0.0;
+    for c in 0..3 {
+        let col = [b[c], b[3 + c]];
+        want += col[0] * (a[0] * col[0] + a[1] * col[1]) + col[1] * (a[2] * col[0] + a[3] * col[1]);
+    }
+    let got = host(&trace_quad_form(t3(&a, [1, 2, 2], &d), t3(&b, [1, 2, 3], &d)));
+    close("trace_quad_form", &got, &[want], 1e-14, 1.0);
+}
+
+#[test]
+fn matern_and_periodic_covariances_against_their_definitions() {
+    let d = dev();
+    let xs = [0.0, 0.7, 2.0];
+    let (alpha, rho) = ([1.5, 0.3], [0.8, 2.0]);
+    let kernels: [(Matern, &dyn Fn(f64) -> f64); 3] = [
+        (Matern::Half, &|r| (-r).exp()),
+        (Matern::ThreeHalves, &|r| (1.0 + 3f64.sqrt() * r) * (-(3f64.sqrt()) * r).exp()),
+        (Matern::FiveHalves, &|r| (1.0 + 5f64.sqrt() * r + 5.0 * r * r / 3.0) * (-(5f64.sqrt()) * r).exp()),
+    ];
+    for (kind, k) in kernels {
+        let got = host(&matern_cov(kind, t1(&xs, &d), t2(&alpha, 2, 1, &d), t2(&rho, 2, 1, &d)).unwrap());
+        let want: Vec<f64> = (0..18)
+            .map(|e| {
+                let (p, i, j) = (e / 9, e / 3 % 3, e % 3);
+                alpha[p] * alpha[p] * k((xs[i] - xs[j]).abs() / rho[p])
+            })
+            .collect();
+        close(&format!("{kind:?}"), &got, &want, 1e-13, 1.0);
+        grad_check(
+            &format!("{kind:?} in rho"),
+            &[rho[0]],
+            |r| {
+                matern_cov(kind, t1(&xs, &dev()), t2(&alpha[..1], 1, 1, &dev()), r.reshape([1, 1]))
+                    .unwrap()
+                    .reshape([9])
+            },
+            |r| (0..9).map(|e| alpha[0] * alpha[0] * k((xs[e / 3] - xs[e % 3]).abs() / r[0])).sum(),
+            1e-6,
+        );
+    }
+    // 2-D points: Euclidean distances.
+    let pts = [0.0, 0.0, 3.0, 4.0];
+    let got = host(&matern_cov(Matern::Half, t2(&pts, 2, 2, &d), t2(&[1.0], 1, 1, &d), t2(&[2.0], 1, 1, &d)).unwrap());
+    close("exponential 2-D", &got, &[1.0, (-2.5f64).exp(), (-2.5f64).exp(), 1.0], 1e-14, 1.0);
+    let period = 1.3;
+    let got = host(&periodic_cov(t1(&xs, &d), t2(&alpha, 2, 1, &d), t2(&rho, 2, 1, &d), period).unwrap());
+    let want: Vec<f64> = (0..18)
+        .map(|e| {
+            let (p, i, j) = (e / 9, e / 3 % 3, e % 3);
+            let s = (PI * (xs[i] - xs[j]).abs() / period).sin();
+            alpha[p] * alpha[p] * (-2.0 * s * s / (rho[p] * rho[p])).exp()
+        })
+        .collect();
+    close("gp_periodic_cov", &got, &want, 1e-13, 1.0);
+    match periodic_cov(t1(&xs, &d), t2(&alpha, 2, 1, &d), t2(&rho, 2, 1, &d), 0.0) {
+        Err(ModelError::InvalidParameter { dist: "gp_periodic_cov", name: "p", .. }) => {}
+        other => panic!("expected an error naming p, got {other:?}"),
+    }
 }

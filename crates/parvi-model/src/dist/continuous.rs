@@ -8,8 +8,9 @@ use rand::Rng;
 use rand_distr::Distribution as _;
 
 use super::special::{
-    ln_gamma, ln_gamma_ratio_tensor, ln_gamma_tensor, log_bessel_i0, log_bessel_i0_host, log_erf, log_erfc,
-    log_erfc_any, log_normal_cdfs, log1m_exp_neg, regularized_incomplete_beta, softplus,
+    host_elementwise, ln_gamma, ln_gamma_ratio_tensor, ln_gamma_tail, ln_gamma_tensor, ln_inc_beta, ln_inc_beta_tail,
+    log_bessel_i0, log_bessel_i0_host, log_erf, log_erfc, log_erfc_any, log_normal_cdfs, log1m_exp_neg,
+    regularized_incomplete_beta, softplus,
 };
 use super::{LN_2PI, LogProb, Param, Sample, bad, draw, lift, scalars};
 use crate::ModelError;
@@ -557,6 +558,62 @@ impl<const D: usize> StudentT<D> {
     }
 }
 
+impl<const D: usize> StudentT<D> {
+    /// `ln P(X <= x)` batched over tensors (Stan's `student_t_lcdf`): any of `df`, `loc` and
+    /// `scale` may be a tensor, and the gradient reaches all of them and `x`. With
+    /// `t = (x - loc) / scale`, the far tail `P(T > |t|) = I_w(df / 2, 1 / 2) / 2` with
+    /// `w = df / (df + t^2)`, computed as the complement of `I_{1-w}(1/2, df/2)` so that a small
+    /// `|t|` keeps `1 - w = t^2 / (df + t^2)` exact; both tails in log form (the incomplete beta
+    /// function's host kernel, see [`crate::functions::inc_beta`]); the derivative in `t` is the
+    /// density over the cdf, exact at `t = 0` too. A tensor `df <= 0` gives NaN.
+    pub fn lcdf_batched(&self, x: Tensor<D>) -> Tensor<D> {
+        self.cdf_batched(x, true)
+    }
+
+    /// `ln P(X > x)` batched over tensors (Stan's `student_t_lccdf`); see
+    /// [`StudentT::lcdf_batched`].
+    pub fn lccdf_batched(&self, x: Tensor<D>) -> Tensor<D> {
+        self.cdf_batched(x, false)
+    }
+
+    fn cdf_batched(&self, x: Tensor<D>, lower: bool) -> Tensor<D> {
+        let t = self.scale.divide(self.loc.sub_from(x));
+        let df = self.df.tensor_like(&t);
+        let Ok(out) =
+            host_elementwise::<D, 2, std::convert::Infallible>([t, df], |[t, nu]| Ok(student_t_log_cdf(t, nu, lower)));
+        out
+    }
+}
+
+/// `ln P(T <= t)` (`lower`) or `ln P(T > t)` for Student's t with `nu` degrees of freedom, and
+/// its derivatives in `(t, nu)`, on the host in `f64` (see [`StudentT::lcdf_batched`]).
+fn student_t_log_cdf(t: f64, nu: f64, lower: bool) -> (f64, [f64; 2]) {
+    if nu.is_nan() || nu <= 0.0 || t.is_nan() {
+        return (f64::NAN, [0.0; 2]);
+    }
+    if t.is_infinite() {
+        let below = (t < 0.0) == lower;
+        return (if below { f64::NEG_INFINITY } else { 0.0 }, [0.0; 2]);
+    }
+    let q = t * t + nu;
+    let u = t * t / q;
+    // I_w(nu/2, 1/2) = 1 - I_u(1/2, nu/2): the upper tail of the latter.
+    let beta = ln_inc_beta(0.5, 0.5 * nu, u);
+    let ln_far = beta.ln_upper - std::f64::consts::LN_2;
+    // d ln far / d nu = d/db (1/2) + d/du du/dnu, du/dnu = -t^2 / q^2.
+    let d_far_nu = 0.5 * beta.d_upper[1] - beta.d_upper[2] * t * t / (q * q);
+    let ln_near = if ln_far > -std::f64::consts::LN_2 { (-ln_far.exp_m1()).ln() } else { (-ln_far.exp()).ln_1p() };
+    let d_near_nu = -(ln_far - ln_near).exp() * d_far_nu;
+    // The far tail is the lower one below 0.
+    let (value, d_nu) = if (t < 0.0) == lower { (ln_far, d_far_nu) } else { (ln_near, d_near_nu) };
+    let ln_density = ln_gamma(0.5 * (nu + 1.0))
+        - ln_gamma(0.5 * nu)
+        - 0.5 * (nu * PI).ln()
+        - 0.5 * (nu + 1.0) * (t * t / nu).ln_1p();
+    let d_t = if lower { (ln_density - value).exp() } else { -(ln_density - value).exp() };
+    (value, [d_t, d_nu])
+}
+
 impl<const D: usize> Sample for StudentT<D> {
     fn sample<R: Rng + ?Sized>(&self, rng: &mut R, n: usize) -> Result<Vec<f64>, ModelError> {
         let [df, loc, scale] = scalars("StudentT", [&self.df, &self.loc, &self.scale])?;
@@ -707,6 +764,128 @@ impl<const D: usize> Weibull<D> {
         let lccdf = self.power(x).neg();
         let shape = lccdf.dims();
         lccdf.mask_fill(outside.expand(shape), 0.0)
+    }
+}
+
+impl<const D: usize> Gamma<D> {
+    /// `(shape, rate x)` with `x` clamped to the support (`x <= 0` is the cdf's `0`).
+    fn incomplete_args(&self, x: Tensor<D>) -> (Tensor<D>, Tensor<D>) {
+        let z = self.rate.multiply(x.clamp_min(0.0));
+        (self.shape.tensor_like(&z), z)
+    }
+
+    /// `ln P(X <= x) = ln P(shape, rate x)` (Stan's `gamma_lcdf`), the regularised lower
+    /// incomplete gamma function in log form ([`crate::functions::gamma_p`]'s host kernel), so a
+    /// far lower tail stays finite; `-inf` for `x <= 0`. Differentiable in `x`, `shape` and
+    /// `rate`; a tensor `shape` or `rate` that is not positive gives NaN, as in
+    /// [`LogProb::log_prob`]. Chi-square's is `Gamma::new(nu / 2, 0.5)?.lcdf(x)`.
+    pub fn lcdf(&self, x: Tensor<D>) -> Tensor<D> {
+        let (a, z) = self.incomplete_args(x);
+        ln_gamma_tail(a, z, true)
+    }
+
+    /// `ln P(X > x) = ln Q(shape, rate x)` (Stan's `gamma_lccdf`), accurate far in the upper tail
+    /// (a censoring point many scales out); `0` for `x <= 0`.
+    pub fn lccdf(&self, x: Tensor<D>) -> Tensor<D> {
+        let (a, z) = self.incomplete_args(x);
+        ln_gamma_tail(a, z, false)
+    }
+}
+
+impl<const D: usize> InvGamma<D> {
+    /// `(alpha, beta / x)` with `x` clamped into the support, and the mask of `x <= 0`.
+    fn incomplete_args(&self, x: Tensor<D>) -> (Tensor<D>, Tensor<D>, Tensor<D, burn::tensor::Bool>) {
+        let outside = x.clone().lower_equal_elem(0.0);
+        let z = self.beta.multiply(x.clamp_min(f32::MIN_POSITIVE).recip());
+        let shape = z.dims();
+        (self.alpha.tensor_like(&z), z, outside.expand(shape))
+    }
+
+    /// `ln P(X <= x) = ln Q(alpha, beta / x)` (Stan's `inv_gamma_lcdf`), in log form in both
+    /// tails; `-inf` for `x <= 0`. Inverse chi-square's is `InvGamma::new(nu / 2, 0.5)?.lcdf(x)`.
+    pub fn lcdf(&self, x: Tensor<D>) -> Tensor<D> {
+        let (a, z, outside) = self.incomplete_args(x);
+        ln_gamma_tail(a, z, false).mask_fill(outside, f32::NEG_INFINITY)
+    }
+
+    /// `ln P(X > x) = ln P(alpha, beta / x)` (Stan's `inv_gamma_lccdf`); `0` for `x <= 0`.
+    pub fn lccdf(&self, x: Tensor<D>) -> Tensor<D> {
+        let (a, z, outside) = self.incomplete_args(x);
+        ln_gamma_tail(a, z, true).mask_fill(outside, 0.0)
+    }
+}
+
+impl<const D: usize> Beta<D> {
+    fn incomplete_args(&self, x: Tensor<D>) -> [Tensor<D>; 3] {
+        let x = x.clamp(0.0, 1.0);
+        let a = self.alpha.tensor_like(&x);
+        let b = self.beta.tensor_like(&x);
+        [a, b, x]
+    }
+
+    /// `ln P(X <= x) = ln I_x(alpha, beta)` (Stan's `beta_lcdf`), the regularised incomplete
+    /// beta function in log form ([`crate::functions::inc_beta`]'s host kernel); `-inf` for
+    /// `x <= 0`, `0` for `x >= 1`. Differentiable in `x`, `alpha` and `beta`.
+    pub fn lcdf(&self, x: Tensor<D>) -> Tensor<D> {
+        let [a, b, x] = self.incomplete_args(x);
+        ln_inc_beta_tail(a, b, x, true)
+    }
+
+    /// `ln P(X > x) = ln I_{1-x}(beta, alpha)` (Stan's `beta_lccdf`), computed directly, so the
+    /// upper tail near 1 keeps its precision; `0` for `x <= 0`, `-inf` for `x >= 1`.
+    pub fn lccdf(&self, x: Tensor<D>) -> Tensor<D> {
+        let [a, b, x] = self.incomplete_args(x);
+        ln_inc_beta_tail(a, b, x, false)
+    }
+}
+
+impl<const D: usize> Laplace<D> {
+    /// `(z, z < 0)` for `z = (x - loc) / scale`.
+    fn z(&self, x: Tensor<D>) -> (Tensor<D>, Tensor<D, burn::tensor::Bool>) {
+        let z = self.scale.divide(self.loc.sub_from(x));
+        let negative = z.clone().lower_elem(0.0);
+        (z, negative)
+    }
+
+    /// `ln P(X <= x)` (Stan's `double_exponential_lcdf`): `ln(1/2) + z` below `loc`,
+    /// `ln(1 - e^-z / 2)` above, with `z = (x - loc) / scale`; each side on its own clamped `z`.
+    pub fn lcdf(&self, x: Tensor<D>) -> Tensor<D> {
+        let (z, negative) = self.z(x);
+        let near = z.clone().clamp_max(0.0).sub_scalar(std::f64::consts::LN_2);
+        let far = z.clamp_min(0.0).neg().exp().mul_scalar(-0.5).log1p();
+        far.mask_where(negative, near)
+    }
+
+    /// `ln P(X > x)` (Stan's `double_exponential_lccdf`): `ln(1/2) - z` above `loc`,
+    /// `ln(1 - e^z / 2)` below.
+    pub fn lccdf(&self, x: Tensor<D>) -> Tensor<D> {
+        let (z, negative) = self.z(x);
+        let far = z.clone().clamp_max(0.0).exp().mul_scalar(-0.5).log1p();
+        let near = z.clamp_min(0.0).neg().sub_scalar(std::f64::consts::LN_2);
+        near.mask_where(negative, far)
+    }
+}
+
+impl<const D: usize> Uniform<D> {
+    /// `ln(d / (upper - lower))` for a distance `d` from one end: `-inf` at or beyond that end,
+    /// `0` at or beyond the other.
+    fn log_fraction(&self, d: Tensor<D>) -> Tensor<D> {
+        let width = self.upper.zip(&self.lower, |u, l| u - l, |u, l| u - l);
+        let r = width.divide(d);
+        let none = r.clone().lower_equal_elem(0.0);
+        r.clamp(f64::from(f32::MIN_POSITIVE), 1.0).log().mask_fill(none, f32::NEG_INFINITY)
+    }
+
+    /// `ln P(X <= x) = ln((x - lower) / (upper - lower))` (Stan's `uniform_lcdf`): `-inf` at and
+    /// below `lower`, `0` at and above `upper`.
+    pub fn lcdf(&self, x: Tensor<D>) -> Tensor<D> {
+        self.log_fraction(self.lower.sub_from(x))
+    }
+
+    /// `ln P(X > x) = ln((upper - x) / (upper - lower))` (Stan's `uniform_lccdf`): `0` at and
+    /// below `lower`, `-inf` at and above `upper`.
+    pub fn lccdf(&self, x: Tensor<D>) -> Tensor<D> {
+        self.log_fraction(self.upper.sub_from(x).neg())
     }
 }
 
@@ -970,6 +1149,39 @@ impl<const D: usize> LogProb<D> for ExpModNormal<D> {
     }
 }
 
+impl<const D: usize> ExpModNormal<D> {
+    /// `(ln Phi(z), ln(1 - Phi(z)), s^2 / 2 - s z + ln Phi(z - s))` with `z = (x - mu) / sigma`
+    /// and `s = lambda sigma`: the two parts of the cdf
+    /// `F(x) = Phi(z) - e^(s^2/2 - s z) Phi(z - s)` (Stan math's `exp_mod_normal_cdf`), in logs.
+    fn cdf_parts(&self, x: Tensor<D>) -> (Tensor<D>, Tensor<D>, Tensor<D>) {
+        let z = self.sigma.divide(self.mu.sub_from(x));
+        let s = self.lambda.zip(&self.sigma, |l, s| l * s, |l, s| l * s);
+        let (ln_phi, ln_phi_c) = log_normal_cdfs(z.clone());
+        let shifted = log_normal_cdfs(s.map(|v| -v, Tensor::neg).add_to(z.clone())).0;
+        let half_s2 = s.map(|v| 0.5 * v * v, |t| t.square().mul_scalar(0.5));
+        let exponent = half_s2.add_to(s.multiply(z).neg()) + shifted;
+        (ln_phi, ln_phi_c, exponent)
+    }
+
+    /// `ln P(X <= x) = ln Phi(z) + ln(1 - e^(E - ln Phi(z)))`, `E = s^2/2 - s z + ln Phi(z - s)`
+    /// (Stan's `exp_mod_normal_lcdf`), both normal cdfs in log form, so neither tail
+    /// underflows. Accurate to the normal-cdf fit's `1.2e-7` relative over the gap
+    /// `ln Phi(z) - E` (about `ln(1 + s / |z|)` far left).
+    pub fn lcdf(&self, x: Tensor<D>) -> Tensor<D> {
+        let (ln_phi, _, exponent) = self.cdf_parts(x);
+        let gap = (ln_phi.clone() - exponent).clamp_min(f32::MIN_POSITIVE);
+        ln_phi + log1m_exp_neg(gap)
+    }
+
+    /// `ln P(X > x) = ln(Phi(-z) + e^E)` (Stan's `exp_mod_normal_lccdf`): a sum of two positive
+    /// terms in log form, exact in both tails.
+    pub fn lccdf(&self, x: Tensor<D>) -> Tensor<D> {
+        let (_, ln_phi_c, exponent) = self.cdf_parts(x);
+        let max = ln_phi_c.clone().max_pair(exponent.clone());
+        max.clone() + (ln_phi_c - max.clone()).exp().add((exponent - max).exp()).log()
+    }
+}
+
 /// `VonMises(mu, kappa)` (Stan's `von_mises_lpdf`): `kappa cos(x - mu) - ln(2 pi) - ln I_0(kappa)`
 /// for any real `x` (the density of an angle, periodic in `x`). `ln I_0` is a host `f64` series
 /// for a scalar `kappa` and Abramowitz & Stegun's fits (relative error below 2e-7) for a tensor.
@@ -1000,5 +1212,234 @@ impl<const D: usize> VonMises<D> {
 impl<const D: usize> LogProb<D> for VonMises<D> {
     fn log_prob(&self, x: Tensor<D>) -> Tensor<D> {
         self.log_norm.add_to(self.kappa.multiply(self.mu.sub_from(x).cos()))
+    }
+}
+
+/// `Rayleigh(sigma)` (Stan's `rayleigh_lpdf`): `ln x - 2 ln sigma - x^2 / (2 sigma^2)` on
+/// `x > 0`; `x <= 0` gives `-inf`.
+#[derive(Clone, Debug)]
+pub struct Rayleigh<const D: usize> {
+    sigma: Param<D>,
+}
+
+impl<const D: usize> Rayleigh<D> {
+    /// `Rayleigh(sigma)`; a scalar `sigma` must be finite and positive.
+    pub fn new(sigma: impl Into<Param<D>>) -> Result<Self, ModelError> {
+        Ok(Self { sigma: sigma.into().check_positive("Rayleigh", "sigma")? })
+    }
+
+    /// `x^2 / (2 sigma^2)` on `x` clamped to the support.
+    fn half_square(&self, x: Tensor<D>) -> Tensor<D> {
+        self.sigma.divide(x.clamp_min(0.0)).square().mul_scalar(0.5)
+    }
+
+    /// `ln P(X <= x) = ln(1 - e^(-x^2 / (2 sigma^2)))` (Stan's `rayleigh_lcdf`), without
+    /// cancellation near 0; `-inf` for `x <= 0`.
+    pub fn lcdf(&self, x: Tensor<D>) -> Tensor<D> {
+        let outside = x.clone().lower_equal_elem(0.0);
+        let lcdf = log1m_exp_neg(self.half_square(x));
+        let shape = lcdf.dims();
+        lcdf.mask_fill(outside.expand(shape), f32::NEG_INFINITY)
+    }
+
+    /// `ln P(X > x) = -x^2 / (2 sigma^2)` (Stan's `rayleigh_lccdf`); `0` for `x <= 0`.
+    pub fn lccdf(&self, x: Tensor<D>) -> Tensor<D> {
+        self.half_square(x).neg()
+    }
+}
+
+impl<const D: usize> LogProb<D> for Rayleigh<D> {
+    fn log_prob(&self, x: Tensor<D>) -> Tensor<D> {
+        // The density is 0 at 0 (the ln x term).
+        let outside = x.clone().lower_equal_elem(0.0);
+        let lx = x.clone().clamp_min(f32::MIN_POSITIVE).log();
+        let lp = self.sigma.add_scaled_ln_to(lx - self.half_square(x), -2.0);
+        let shape = lp.dims();
+        lp.mask_fill(outside.expand(shape), f32::NEG_INFINITY)
+    }
+}
+
+/// `LogLogistic(alpha, beta)` with scale `alpha` and shape `beta` (Stan's `loglogistic_lpdf`):
+/// with `t = beta ln(x / alpha)`, `ln beta - ln alpha + (beta - 1) ln(x / alpha) -
+/// 2 log1p_exp(t)` on `x > 0`; the cdf is `inv_logit(t)`. `x <= 0` gives `-inf`.
+#[derive(Clone, Debug)]
+pub struct LogLogistic<const D: usize> {
+    alpha: Param<D>,
+    beta: Param<D>,
+}
+
+impl<const D: usize> LogLogistic<D> {
+    /// `LogLogistic(alpha, beta)`; each is a scalar (finite and positive) or a tensor.
+    pub fn new(alpha: impl Into<Param<D>>, beta: impl Into<Param<D>>) -> Result<Self, ModelError> {
+        Ok(Self {
+            alpha: alpha.into().check_positive("LogLogistic", "alpha")?,
+            beta: beta.into().check_positive("LogLogistic", "beta")?,
+        })
+    }
+
+    /// `(ln(x / alpha), beta ln(x / alpha))` on `x` clamped into the support.
+    fn t(&self, x: Tensor<D>) -> (Tensor<D>, Tensor<D>) {
+        let l = self.alpha.sub_ln_from(x.clamp_min(f32::MIN_POSITIVE).log());
+        (l.clone(), self.beta.multiply(l))
+    }
+
+    /// `ln P(X <= x) = -log1p_exp(-t)` (Stan's `loglogistic_cdf`, in log form); `-inf` for `x <= 0`.
+    pub fn lcdf(&self, x: Tensor<D>) -> Tensor<D> {
+        let outside = x.clone().lower_equal_elem(0.0);
+        let lcdf = softplus(self.t(x).1.neg()).neg();
+        let shape = lcdf.dims();
+        lcdf.mask_fill(outside.expand(shape), f32::NEG_INFINITY)
+    }
+
+    /// `ln P(X > x) = -log1p_exp(t)`; `0` for `x <= 0`.
+    pub fn lccdf(&self, x: Tensor<D>) -> Tensor<D> {
+        let outside = x.clone().lower_equal_elem(0.0);
+        let lccdf = softplus(self.t(x).1).neg();
+        let shape = lccdf.dims();
+        lccdf.mask_fill(outside.expand(shape), 0.0)
+    }
+}
+
+impl<const D: usize> LogProb<D> for LogLogistic<D> {
+    fn log_prob(&self, x: Tensor<D>) -> Tensor<D> {
+        let outside = x.clone().lower_equal_elem(0.0);
+        let (l, t) = self.t(x);
+        // ln beta - ln alpha + t - l - 2 log1p_exp(t)
+        let lp = self.alpha.sub_ln_from(self.beta.ln().add_to(t.clone() - l - softplus(t).mul_scalar(2.0)));
+        let shape = lp.dims();
+        lp.mask_fill(outside.expand(shape), f32::NEG_INFINITY)
+    }
+}
+
+/// `ParetoType2(mu, lambda, alpha)` (Stan's `pareto_type_2_lpdf`, the Lomax shifted by `mu`):
+/// `ln alpha - ln lambda - (alpha + 1) log1p((x - mu) / lambda)` on `x >= mu`; below `-inf`.
+#[derive(Clone, Debug)]
+pub struct ParetoType2<const D: usize> {
+    mu: Param<D>,
+    lambda: Param<D>,
+    alpha: Param<D>,
+}
+
+impl<const D: usize> ParetoType2<D> {
+    /// Location `mu` (finite), scale `lambda` and shape `alpha` (finite and positive when scalars).
+    pub fn new(
+        mu: impl Into<Param<D>>,
+        lambda: impl Into<Param<D>>,
+        alpha: impl Into<Param<D>>,
+    ) -> Result<Self, ModelError> {
+        Ok(Self {
+            mu: mu.into().check_finite("ParetoType2", "mu")?,
+            lambda: lambda.into().check_positive("ParetoType2", "lambda")?,
+            alpha: alpha.into().check_positive("ParetoType2", "alpha")?,
+        })
+    }
+
+    /// `(log1p((x - mu) / lambda), x < mu)`, the log on `x` clamped into the support.
+    fn log_ratio(&self, x: Tensor<D>) -> (Tensor<D>, Tensor<D, burn::tensor::Bool>) {
+        let u = self.lambda.divide(self.mu.sub_from(x));
+        let below = u.clone().lower_elem(0.0);
+        (u.clamp_min(0.0).log1p(), below)
+    }
+
+    /// `ln P(X <= x) = ln(1 - (1 + (x - mu) / lambda)^-alpha)` (Stan's `pareto_type_2_lcdf`),
+    /// without cancellation near `mu`; `-inf` at and below `mu`.
+    pub fn lcdf(&self, x: Tensor<D>) -> Tensor<D> {
+        let (l, _) = self.log_ratio(x);
+        let none = l.clone().lower_equal_elem(0.0);
+        log1m_exp_neg(self.alpha.multiply(l)).mask_fill(none, f32::NEG_INFINITY)
+    }
+
+    /// `ln P(X > x) = -alpha log1p((x - mu) / lambda)` (Stan's `pareto_type_2_lccdf`); `0`
+    /// below `mu`.
+    pub fn lccdf(&self, x: Tensor<D>) -> Tensor<D> {
+        self.alpha.multiply(self.log_ratio(x).0).neg()
+    }
+}
+
+impl<const D: usize> LogProb<D> for ParetoType2<D> {
+    fn log_prob(&self, x: Tensor<D>) -> Tensor<D> {
+        let (l, below) = self.log_ratio(x);
+        let scaled = self.alpha.multiply(l.clone()) + l; // (alpha + 1) log1p(..)
+        let lp = self.lambda.sub_ln_from(self.alpha.ln().add_to(scaled.neg()));
+        let shape = lp.dims();
+        lp.mask_fill(below.expand(shape), f32::NEG_INFINITY)
+    }
+}
+
+/// `SkewDoubleExponential(mu, sigma, tau)` (Stan's `skew_double_exponential_lpdf`, an asymmetric
+/// Laplace with skewness `tau` in `(0, 1)`): `ln 2 + ln tau + ln(1 - tau) - ln sigma -
+/// 2 / sigma ((1 - tau)(mu - x) if x < mu, tau (x - mu) otherwise)`.
+#[derive(Clone, Debug)]
+pub struct SkewDoubleExponential<const D: usize> {
+    mu: Param<D>,
+    sigma: Param<D>,
+    tau: Param<D>,
+}
+
+impl<const D: usize> SkewDoubleExponential<D> {
+    /// Location `mu` (finite), scale `sigma` (finite and positive) and skewness `tau` (in
+    /// `(0, 1)`) when scalars; otherwise an error naming the parameter.
+    pub fn new(
+        mu: impl Into<Param<D>>,
+        sigma: impl Into<Param<D>>,
+        tau: impl Into<Param<D>>,
+    ) -> Result<Self, ModelError> {
+        let tau = tau.into();
+        if let Param::Scalar(t) = tau
+            && !(t > 0.0 && t < 1.0)
+        {
+            return Err(bad("SkewDoubleExponential", "tau", format!("must be in (0, 1), got {t}")));
+        }
+        Ok(Self {
+            mu: mu.into().check_finite("SkewDoubleExponential", "mu")?,
+            sigma: sigma.into().check_positive("SkewDoubleExponential", "sigma")?,
+            tau,
+        })
+    }
+
+    /// `(2 tau r, 2 (1 - tau) (-r), r < 0)` for `r = (x - mu) / sigma`, each side clamped to
+    /// its own half line.
+    fn sides(&self, x: Tensor<D>) -> (Tensor<D>, Tensor<D>, Tensor<D, burn::tensor::Bool>) {
+        let r = self.sigma.divide(self.mu.sub_from(x));
+        let below = r.clone().lower_elem(0.0);
+        let upper = self.tau.multiply(r.clone().clamp_min(0.0)).mul_scalar(2.0);
+        let one_minus = self.tau.map(|t| 1.0 - t, |t| t.neg().add_scalar(1.0));
+        let lower = one_minus.multiply(r.clamp_max(0.0).neg()).mul_scalar(2.0);
+        (upper, lower, below)
+    }
+
+    fn ln_tau(&self) -> (Param<D>, Param<D>) {
+        (self.tau.ln(), self.tau.map(|t| (-t).ln_1p(), |t| t.neg().log1p()))
+    }
+
+    /// `ln P(X <= x)` (Stan's `skew_double_exponential_lcdf`): `ln tau - 2 (1 - tau)(mu - x) /
+    /// sigma` below `mu`, `ln(1 - (1 - tau) e^(-2 tau (x - mu) / sigma))` above.
+    pub fn lcdf(&self, x: Tensor<D>) -> Tensor<D> {
+        let (upper, lower, below) = self.sides(x);
+        let (ln_tau, ln_1m_tau) = self.ln_tau();
+        let near = ln_tau.add_to(lower.neg());
+        // ln(1 - e^(ln(1 - tau) - s)) = log1m_exp_neg(s - ln(1 - tau)), the argument > 0.
+        let far = log1m_exp_neg(ln_1m_tau.map(|v| -v, Tensor::neg).add_to(upper));
+        far.mask_where(below, near)
+    }
+
+    /// `ln P(X > x)` (Stan's `skew_double_exponential_lccdf`): `ln(1 - tau) - 2 tau (x - mu) /
+    /// sigma` above `mu`, `ln(1 - tau e^(-2 (1 - tau)(mu - x) / sigma))` below.
+    pub fn lccdf(&self, x: Tensor<D>) -> Tensor<D> {
+        let (upper, lower, below) = self.sides(x);
+        let (ln_tau, ln_1m_tau) = self.ln_tau();
+        let far = ln_1m_tau.add_to(upper.neg());
+        let near = log1m_exp_neg(ln_tau.map(|v| -v, Tensor::neg).add_to(lower));
+        far.mask_where(below, near)
+    }
+}
+
+impl<const D: usize> LogProb<D> for SkewDoubleExponential<D> {
+    fn log_prob(&self, x: Tensor<D>) -> Tensor<D> {
+        let (upper, lower, _) = self.sides(x);
+        let (ln_tau, ln_1m_tau) = self.ln_tau();
+        // Only one side is non-zero for each x.
+        let body = (upper + lower).neg().add_scalar(std::f64::consts::LN_2);
+        self.sigma.sub_ln_from(ln_1m_tau.add_to(ln_tau.add_to(body)))
     }
 }

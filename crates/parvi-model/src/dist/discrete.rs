@@ -2,7 +2,10 @@
 
 use burn::tensor::{Int, Tensor, TensorData, activation};
 
-use super::special::{ln_gamma, ln_gamma_ratio_tensor, ln_gamma_tensor, log_normal_cdfs, log1m_exp_neg, softplus};
+use super::special::{
+    digamma_host, host_elementwise, ln_gamma, ln_gamma_ratio_tensor, ln_gamma_tail, ln_gamma_tensor, ln_inc_beta_tail,
+    log_normal_cdfs, log1m_exp_neg, softplus,
+};
 use super::{LogProb, Param, bad, lift};
 use crate::ModelError;
 use crate::tensor_ops::log_softmax;
@@ -257,6 +260,30 @@ impl<const D: usize> Binomial<D> {
             tc.equal_elem(1.0).expand(shape).bool_and(self.failures.clone().greater_elem(0.0).expand(shape));
         lp.mask_fill(outside.expand(shape).bool_or(zero_but_counts).bool_or(one_but_failures), f32::NEG_INFINITY)
     }
+    /// Stan's `binomial_lcdf(n | N, theta)`: `ln P(Y <= n) = ln(1 - I_theta(n + 1, N - n))`, the
+    /// regularised incomplete beta function's complement computed directly (accurate near
+    /// `theta = 1` as near 0), differentiable in `theta`; `0` where `n = N`. `theta` outside
+    /// `[0, 1]` gives `-inf`.
+    pub fn lcdf(&self, theta: Tensor<D>) -> Tensor<D> {
+        self.cdf(theta, false)
+    }
+
+    /// Stan's `binomial_lccdf(n | N, theta)`: `ln P(Y > n) = ln I_theta(n + 1, N - n)`; `-inf`
+    /// where `n = N`.
+    pub fn lccdf(&self, theta: Tensor<D>) -> Tensor<D> {
+        self.cdf(theta, true)
+    }
+
+    fn cdf(&self, theta: Tensor<D>, upper_tail: bool) -> Tensor<D> {
+        let outside = theta.clone().lower_elem(0.0).bool_or(theta.clone().greater_elem(1.0));
+        // n = N has no second shape (N - n = 0): a placeholder 1, replaced below.
+        let all = self.failures.clone().equal_elem(0.0);
+        let (a, b) = (self.counts.clone().add_scalar(1.0), self.failures.clone().clamp_min(1.0));
+        let out = ln_inc_beta_tail(a, b, theta.clamp(0.0, 1.0), upper_tail);
+        let shape = out.dims();
+        let out = out.mask_fill(all.expand(shape), if upper_tail { f32::NEG_INFINITY } else { 0.0 });
+        out.mask_fill(outside.expand(shape), f32::NEG_INFINITY)
+    }
 }
 
 /// Stan's `beta_binomial`: `counts ~ BetaBinomial(trials, alpha, beta)`:
@@ -296,6 +323,108 @@ impl<const D: usize> BetaBinomial<D> {
     }
 }
 
+impl<const D: usize> NegBinomial2Log<D> {
+    /// Stan's `neg_binomial_2_lcdf(n | e^eta, phi)` on the log-mean scale: `ln P(Y <= n) =
+    /// ln I_p(phi, n + 1)` with `p = phi / (e^eta + phi) = inv_logit(ln phi - eta)`, the
+    /// regularised incomplete beta function in log form, differentiable in `eta` and `phi`.
+    ///
+    /// # Errors
+    /// If a scalar `phi` is not finite and positive.
+    pub fn lcdf(&self, eta: Tensor<D>, phi: impl Into<Param<D>>) -> Result<Tensor<D>, ModelError> {
+        self.cdf(eta, phi.into(), true)
+    }
+
+    /// Stan's `neg_binomial_2_lccdf` on the log-mean scale: `ln P(Y > n) = ln(1 - I_p(phi, n + 1))`,
+    /// computed directly (a far upper tail stays finite).
+    ///
+    /// # Errors
+    /// As [`NegBinomial2Log::lcdf`].
+    pub fn lccdf(&self, eta: Tensor<D>, phi: impl Into<Param<D>>) -> Result<Tensor<D>, ModelError> {
+        self.cdf(eta, phi.into(), false)
+    }
+
+    fn cdf(&self, eta: Tensor<D>, phi: Param<D>, lower: bool) -> Result<Tensor<D>, ModelError> {
+        let phi = phi.check_positive("NegBinomial2Log", "phi")?;
+        // p = inv_logit(ln phi - eta) = exp(-log1p_exp(eta - ln phi)).
+        let p = softplus(phi.sub_ln_from(eta)).neg().exp();
+        let a = phi.tensor_like(&p);
+        Ok(ln_inc_beta_tail(a, self.counts.clone().add_scalar(1.0), p, lower))
+    }
+}
+
+impl<const D: usize> BetaBinomial<D> {
+    /// Stan's `beta_binomial_lcdf(n | N, alpha, beta)`: `ln P(Y <= n)`, the mass function
+    /// summed on the host in `f64` (by its term ratio `(N - j)(j + alpha) / ((j + 1)(N - j - 1 +
+    /// beta))`, in log form), each tail summed directly so that a far tail keeps its precision;
+    /// differentiable in `alpha` and `beta` (their derivatives summed alongside; digamma
+    /// differences by the same recurrence). `O(N)` per count: Stan math's form needs the
+    /// generalised hypergeometric function `3F2`.
+    ///
+    /// # Errors
+    /// If a scalar `alpha` or `beta` is not finite and positive.
+    pub fn lcdf(&self, alpha: impl Into<Param<D>>, beta: impl Into<Param<D>>) -> Result<Tensor<D>, ModelError> {
+        self.cdf(alpha.into(), beta.into(), true)
+    }
+
+    /// Stan's `beta_binomial_lccdf(n | N, alpha, beta)`: `ln P(Y > n)` (see
+    /// [`BetaBinomial::lcdf`]); `-inf` where `n = N`.
+    ///
+    /// # Errors
+    /// If a scalar `alpha` or `beta` is not finite and positive.
+    pub fn lccdf(&self, alpha: impl Into<Param<D>>, beta: impl Into<Param<D>>) -> Result<Tensor<D>, ModelError> {
+        self.cdf(alpha.into(), beta.into(), false)
+    }
+
+    fn cdf(&self, alpha: Param<D>, beta: Param<D>, lower: bool) -> Result<Tensor<D>, ModelError> {
+        let alpha = alpha.check_positive("BetaBinomial", "alpha")?.tensor_like(&self.counts);
+        let beta = beta.check_positive("BetaBinomial", "beta")?.tensor_like(&self.counts);
+        let inputs = [alpha, beta, self.counts.clone(), self.trials.clone()];
+        let Ok(out) = host_elementwise::<D, 4, std::convert::Infallible>(inputs, |[a, b, k, n]| {
+            let (v, [da, db]) = beta_binomial_log_cdf(k, n, a, b, lower);
+            Ok((v, [da, db, 0.0, 0.0]))
+        });
+        Ok(out)
+    }
+}
+
+/// `ln P(Y <= k)` (`lower`) or `ln P(Y > k)` for `Y ~ beta_binomial(n, a, b)`, with the
+/// derivatives in `(a, b)`; NaN for a shape that is not finite and positive.
+fn beta_binomial_log_cdf(k: f64, n: f64, a: f64, b: f64, lower: bool) -> (f64, [f64; 2]) {
+    if !(a > 0.0 && a.is_finite() && b > 0.0 && b.is_finite()) {
+        return (f64::NAN, [0.0; 2]);
+    }
+    let inside = |j: f64| (j <= k) == lower;
+    // ln pmf(0) = lbeta(a, n + b) - lbeta(a, b), and its derivatives.
+    let mut ln_p = ln_gamma(n + b) - ln_gamma(b) - ln_gamma(n + a + b) + ln_gamma(a + b);
+    let tail = digamma_host(a + b) - digamma_host(n + a + b);
+    let (mut d_a, mut d_b) = (tail, tail + digamma_host(n + b) - digamma_host(b));
+    // The side's terms, summed around their largest in log form.
+    let mut terms: Vec<(f64, f64, f64)> = Vec::new();
+    let mut j = 0.0;
+    while j <= n {
+        if inside(j) {
+            terms.push((ln_p, d_a, d_b));
+        }
+        // pmf(j + 1) / pmf(j) = (n - j)(j + a) / ((j + 1)(n - j - 1 + b)).
+        ln_p += ((n - j) * (j + a) / ((j + 1.0) * (n - j - 1.0 + b))).ln();
+        d_a += 1.0 / (j + a);
+        d_b -= 1.0 / (n - j - 1.0 + b);
+        j += 1.0;
+    }
+    if terms.is_empty() {
+        return (f64::NEG_INFINITY, [0.0; 2]);
+    }
+    let max = terms.iter().map(|t| t.0).fold(f64::NEG_INFINITY, f64::max);
+    let (mut sum, mut sa, mut sb) = (0.0, 0.0, 0.0);
+    for (l, da, db) in terms {
+        let w = (l - max).exp();
+        sum += w;
+        sa += w * da;
+        sb += w * db;
+    }
+    (max + sum.ln(), [sa / sum, sb / sum])
+}
+
 /// Stan's `neg_binomial_2`: counts with mean `mu` and overdispersion `phi` (variance
 /// `mu + mu^2 / phi`), [`NegBinomial2Log`] at `eta = ln mu`.
 #[derive(Clone, Debug)]
@@ -314,6 +443,73 @@ impl<const D: usize> NegBinomial2<D> {
     pub fn log_prob(&self, mu: Tensor<D>, phi: impl Into<Param<D>>) -> Result<Tensor<D>, ModelError> {
         let phi = phi.into().check_positive("NegBinomial2", "phi")?;
         self.inner.log_prob(mu.log(), phi)
+    }
+    /// Stan's `neg_binomial_2_lcdf(n | mu, phi)`: [`NegBinomial2Log::lcdf`] at `eta = ln mu`.
+    ///
+    /// # Errors
+    /// If a scalar `phi` is not finite and positive.
+    pub fn lcdf(&self, mu: Tensor<D>, phi: impl Into<Param<D>>) -> Result<Tensor<D>, ModelError> {
+        self.inner.lcdf(mu.log(), phi.into().check_positive("NegBinomial2", "phi")?)
+    }
+
+    /// Stan's `neg_binomial_2_lccdf(n | mu, phi)`.
+    ///
+    /// # Errors
+    /// If a scalar `phi` is not finite and positive.
+    pub fn lccdf(&self, mu: Tensor<D>, phi: impl Into<Param<D>>) -> Result<Tensor<D>, ModelError> {
+        self.inner.lccdf(mu.log(), phi.into().check_positive("NegBinomial2", "phi")?)
+    }
+}
+
+/// Stan's `neg_binomial(alpha, beta)`: counts with shape `alpha` and inverse scale `beta`
+/// (mean `alpha / beta`, variance `alpha / beta^2 (beta + 1)`):
+/// `ln C(n + alpha - 1, n) + alpha ln(beta / (1 + beta)) - n ln(1 + beta)`. It is
+/// [`NegBinomial2Log`] at `eta = ln alpha - ln beta`, `phi = alpha`, which keeps its log-gamma
+/// ratio accurate for a large `alpha`.
+#[derive(Clone, Debug)]
+pub struct NegBinomial<const D: usize> {
+    inner: NegBinomial2Log<D>,
+    counts: Tensor<D>,
+}
+
+impl<const D: usize> NegBinomial<D> {
+    /// Counts: whole numbers `>= 0`, otherwise an error naming `counts`.
+    pub fn new(counts: Tensor<D>) -> Result<Self, ModelError> {
+        Ok(Self { inner: NegBinomial2Log::new(counts.clone())?, counts })
+    }
+
+    /// `log p(counts | alpha, beta)` elementwise, broadcast; scalars must be finite and positive.
+    pub fn log_prob(&self, alpha: impl Into<Param<D>>, beta: impl Into<Param<D>>) -> Result<Tensor<D>, ModelError> {
+        let alpha = alpha.into().check_positive("NegBinomial", "alpha")?;
+        let beta = beta.into().check_positive("NegBinomial", "beta")?;
+        let eta = beta.sub_ln_from(alpha.ln().tensor_like(&self.counts));
+        self.inner.log_prob(eta, alpha)
+    }
+
+    /// Stan's `neg_binomial_lcdf(n | alpha, beta)`: `ln I_{beta / (1 + beta)}(alpha, n + 1)`,
+    /// [`NegBinomial2Log::lcdf`] at `eta = ln alpha - ln beta`, `phi = alpha`.
+    ///
+    /// # Errors
+    /// If a scalar `alpha` or `beta` is not finite and positive.
+    pub fn lcdf(&self, alpha: impl Into<Param<D>>, beta: impl Into<Param<D>>) -> Result<Tensor<D>, ModelError> {
+        let (eta, alpha) = self.log_mean(alpha.into(), beta.into())?;
+        self.inner.lcdf(eta, alpha)
+    }
+
+    /// Stan's `neg_binomial_lccdf(n | alpha, beta)`, computed directly (see [`NegBinomial::lcdf`]).
+    ///
+    /// # Errors
+    /// If a scalar `alpha` or `beta` is not finite and positive.
+    pub fn lccdf(&self, alpha: impl Into<Param<D>>, beta: impl Into<Param<D>>) -> Result<Tensor<D>, ModelError> {
+        let (eta, alpha) = self.log_mean(alpha.into(), beta.into())?;
+        self.inner.lccdf(eta, alpha)
+    }
+
+    /// `(ln alpha - ln beta, alpha)`, both checked.
+    fn log_mean(&self, alpha: Param<D>, beta: Param<D>) -> Result<(Tensor<D>, Param<D>), ModelError> {
+        let alpha = alpha.check_positive("NegBinomial", "alpha")?;
+        let beta = beta.check_positive("NegBinomial", "beta")?;
+        Ok((beta.sub_ln_from(alpha.ln().tensor_like(&self.counts)), alpha))
     }
 }
 
@@ -380,6 +576,24 @@ impl<const D: usize> PoissonLog<D> {
         let shape = lp.dims();
         let impossible = zero.expand(shape).bool_and(self.counts.clone().greater_elem(0.0).expand(shape));
         lp.mask_fill(negative.expand(shape).bool_or(impossible), f32::NEG_INFINITY)
+    }
+    /// Stan's `poisson_lcdf(k | lambda)`: `ln P(Y <= k) = ln Q(k + 1, lambda)`, the regularised
+    /// upper incomplete gamma function in log form (accurate far in either tail), differentiable
+    /// in `lambda`; a negative `lambda` gives `-inf`.
+    pub fn lcdf_rate(&self, lambda: Tensor<D>) -> Tensor<D> {
+        self.cdf_rate(lambda, false)
+    }
+
+    /// Stan's `poisson_lccdf(k | lambda)`: `ln P(Y > k) = ln P(k + 1, lambda)`.
+    pub fn lccdf_rate(&self, lambda: Tensor<D>) -> Tensor<D> {
+        self.cdf_rate(lambda, true)
+    }
+
+    fn cdf_rate(&self, lambda: Tensor<D>, lower: bool) -> Tensor<D> {
+        let negative = lambda.clone().lower_elem(0.0);
+        let out = ln_gamma_tail(self.counts.clone().add_scalar(1.0), lambda.clamp_min(0.0), lower);
+        let shape = out.dims();
+        out.mask_fill(negative.expand(shape), f32::NEG_INFINITY)
     }
 }
 
@@ -624,10 +838,14 @@ impl Multinomial {
     }
 
     fn check(&self, name: &'static str, p: &Tensor<3>) -> Result<(usize, usize), ModelError> {
+        self.check_for("Multinomial", name, p)
+    }
+
+    fn check_for(&self, dist: &'static str, name: &'static str, p: &Tensor<3>) -> Result<(usize, usize), ModelError> {
         let [_, m, k] = self.counts.dims();
         let [n, mp, kp] = p.dims();
         if kp != k || (mp != m && mp != 1) {
-            return Err(bad("Multinomial", name, format!("is [{n}, {mp}, {kp}] against {m} rows of {k} counts")));
+            return Err(bad(dist, name, format!("is [{n}, {mp}, {kp}] against {m} rows of {k} counts")));
         }
         Ok((n, m))
     }
@@ -656,5 +874,42 @@ impl Multinomial {
         let (n, m) = self.check("gamma", &gamma)?;
         let terms = self.counts.clone() * log_softmax(gamma, 2);
         Ok(terms.sum_dim(2).reshape([n, m]) + self.log_coef.clone())
+    }
+}
+
+/// Stan's `dirichlet_multinomial(alpha)` over rows of counts `[M, K]` (a multinomial whose
+/// probabilities are Dirichlet-distributed, marginalised): with `N = sum_k y_k` and
+/// `alpha_0 = sum_k alpha_k`, `ln N! - sum_k ln y_k! + ln Gamma(alpha_0) - ln Gamma(alpha_0 + N)
+/// + sum_k [ln Gamma(alpha_k + y_k) - ln Gamma(alpha_k)]`, each log-gamma difference from
+/// [`ln_gamma_ratio_tensor`] (no cancellation where an `alpha` is large; `0` where a count is).
+#[derive(Clone, Debug)]
+pub struct DirichletMultinomial {
+    data: Multinomial,
+    /// `[1, M]`: each row's total `N`.
+    totals: Tensor<2>,
+}
+
+impl DirichletMultinomial {
+    /// Rows of counts `[M, K]`, whole numbers `>= 0`: otherwise an error naming `counts`.
+    pub fn new(counts: Tensor<2>) -> Result<Self, ModelError> {
+        let [m, _] = counts.dims();
+        counts_on_host("DirichletMultinomial", "counts", &counts)?;
+        let totals = counts.clone().sum_dim(1).reshape([1, m]);
+        Ok(Self { data: Multinomial::new(counts)?, totals })
+    }
+
+    /// `log p(y_r | alpha)`: concentrations `alpha` `[n, M, K]` (one per row) or `[n, 1, K]`
+    /// (shared), positive (a model's positive parameter): `[n, M]`.
+    ///
+    /// # Errors
+    /// If `alpha`'s shape does not fit the counts.
+    pub fn log_prob(&self, alpha: Tensor<3>) -> Result<Tensor<2>, ModelError> {
+        let (n, m) = self.data.check_for("DirichletMultinomial", "alpha", &alpha)?;
+        let counts = self.data.counts.clone().cast(alpha.dtype());
+        let [_, mp, _] = alpha.dims();
+        let total_alpha = alpha.clone().sum_dim(2).reshape([n, mp]);
+        let per_category = ln_gamma_ratio_tensor(alpha, counts).sum_dim(2).reshape([n, m]);
+        let totals = self.totals.clone().cast(total_alpha.dtype());
+        Ok(per_category - ln_gamma_ratio_tensor(total_alpha, totals) + self.data.log_coef.clone())
     }
 }

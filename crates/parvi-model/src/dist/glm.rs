@@ -8,7 +8,7 @@
 
 use burn::tensor::Tensor;
 
-use super::discrete::{BernoulliLogit, PoissonLog};
+use super::discrete::{BernoulliLogit, BinomialLogit, CategoricalLogit, NegBinomial2Log, OrderedLogistic, PoissonLog};
 use super::{LogProb, Normal, Param, bad};
 use crate::ModelError;
 
@@ -137,5 +137,137 @@ impl NormalIdGlm {
         let mu = self.design.predictor(alpha.into(), beta)?;
         let sigma = sigma.into().check_positive("NormalIdGlm", "sigma")?;
         Ok(Normal::new(mu, sigma)?.log_prob(self.y.clone()))
+    }
+}
+
+/// Stan's `binomial_logit_glm(n | N, x, alpha, beta)`: `n_i ~ binomial_logit(N_i, alpha + x_i beta)`.
+#[derive(Clone, Debug)]
+pub struct BinomialLogitGlm {
+    design: Design,
+    y: BinomialLogit<2>,
+}
+
+impl BinomialLogitGlm {
+    /// Counts `n` `[N]`, trials (a scalar, or `[N]`), whole numbers with `0 <= n <= trials`, and
+    /// the design matrix `x` `[N, K]` (finite): otherwise an error naming `counts`, `trials` or `x`.
+    pub fn new(counts: Tensor<1>, trials: impl Into<Param<1>>, x: Tensor<2>) -> Result<Self, ModelError> {
+        let trials = match trials.into() {
+            Param::Scalar(v) => Param::Scalar(v),
+            Param::Tensor(t) => {
+                let len = t.dims()[0];
+                Param::from((*t).reshape([1, len]))
+            }
+        };
+        let (counts, n) = row(counts);
+        Ok(Self { design: Design::new("BinomialLogitGlm", x, n)?, y: BinomialLogit::new(counts, trials)? })
+    }
+
+    /// The `N` log-likelihood terms, `[n, N]`; parameters as [`BernoulliLogitGlm::log_prob`].
+    ///
+    /// # Errors
+    /// If the shapes do not fit the data, or a scalar `alpha` is not finite.
+    pub fn log_prob(&self, alpha: impl Into<Param<2>>, beta: Tensor<2>) -> Result<Tensor<2>, ModelError> {
+        Ok(self.y.log_prob(self.design.predictor(alpha.into(), beta)?))
+    }
+}
+
+/// Stan's `neg_binomial_2_log_glm(y | x, alpha, beta, phi)`:
+/// `y_i ~ neg_binomial_2_log(alpha + x_i beta, phi)`.
+#[derive(Clone, Debug)]
+pub struct NegBinomial2LogGlm {
+    design: Design,
+    y: NegBinomial2Log<2>,
+}
+
+impl NegBinomial2LogGlm {
+    /// Counts `y` `[N]` (whole numbers `>= 0`) and the design matrix `x` `[N, K]` (finite):
+    /// otherwise an error naming `counts` or `x`.
+    pub fn new(y: Tensor<1>, x: Tensor<2>) -> Result<Self, ModelError> {
+        let (y, n) = row(y);
+        Ok(Self { design: Design::new("NegBinomial2LogGlm", x, n)?, y: NegBinomial2Log::new(y)? })
+    }
+
+    /// The `N` log-likelihood terms, `[n, N]`; `alpha` and `beta` as
+    /// [`BernoulliLogitGlm::log_prob`], the overdispersion `phi` a scalar (finite and positive)
+    /// or `[n, 1]`.
+    ///
+    /// # Errors
+    /// If the shapes do not fit the data, or a scalar parameter is outside its support.
+    pub fn log_prob(
+        &self,
+        alpha: impl Into<Param<2>>,
+        beta: Tensor<2>,
+        phi: impl Into<Param<2>>,
+    ) -> Result<Tensor<2>, ModelError> {
+        let phi = phi.into().check_positive("NegBinomial2LogGlm", "phi")?;
+        self.y.log_prob(self.design.predictor(alpha.into(), beta)?, phi)
+    }
+}
+
+/// Stan's `ordered_logistic_glm(y | x, beta, c)`: `y_i ~ ordered_logistic(x_i beta, c)` (no
+/// intercept: the cut points carry it), 0-based categories as [`OrderedLogistic`].
+#[derive(Clone, Debug)]
+pub struct OrderedLogisticGlm {
+    design: Design,
+    y: OrderedLogistic,
+}
+
+impl OrderedLogisticGlm {
+    /// The `N` observations `y` (each `< k`, 0-based, `k >= 2`) and the design matrix `x`
+    /// `[N, K]` (finite): otherwise an error naming `y`, `k` or `x`.
+    pub fn new(y: &[usize], k: usize, x: Tensor<2>) -> Result<Self, ModelError> {
+        let device = x.device();
+        Ok(Self { design: Design::new("OrderedLogisticGlm", x, y.len())?, y: OrderedLogistic::new(y, k, &device)? })
+    }
+
+    /// The `N` log-likelihood terms, `[n, N]`: coefficients `beta` `[n, K]`, cut points `c`
+    /// `[n, k - 1]` (or one row for all particles), increasing (a particle whose are not gets
+    /// `-inf`).
+    ///
+    /// # Errors
+    /// If the shapes do not fit the data.
+    pub fn log_prob(&self, beta: Tensor<2>, c: Tensor<2>) -> Result<Tensor<2>, ModelError> {
+        self.y.log_prob(self.design.predictor(Param::Scalar(0.0), beta)?, c)
+    }
+}
+
+/// Stan's `categorical_logit_glm(y | x, alpha, beta)`: `y_i ~ categorical_logit(alpha + x_i beta)`
+/// with intercepts `alpha` (one per category) and coefficients `beta` (`K` covariates by `C`
+/// categories), all `N` observations' predictors from one batched product
+/// `x [1, N, K] x beta [n, K, C]`. Categories are 0-based.
+#[derive(Clone, Debug)]
+pub struct CategoricalLogitGlm {
+    /// `[1, N, K]`
+    x: Tensor<3>,
+    y: CategoricalLogit,
+}
+
+impl CategoricalLogitGlm {
+    /// The `N` observations `y` (each `< c`, 0-based) and the design matrix `x` `[N, K]`
+    /// (finite): otherwise an error naming `y` or `x`.
+    pub fn new(y: &[usize], c: usize, x: Tensor<2>) -> Result<Self, ModelError> {
+        let design = Design::new("CategoricalLogitGlm", x, y.len())?;
+        let device = design.xt.device();
+        Ok(Self { x: design.xt.transpose().unsqueeze::<3>(), y: CategoricalLogit::new(y, c, &device)? })
+    }
+
+    /// The `N` log-likelihood terms, `[n, N]`: intercepts `alpha` `[n, C]` and coefficients
+    /// `beta` `[n, K, C]` (either with one row for all particles).
+    ///
+    /// # Errors
+    /// If the shapes do not fit the data.
+    pub fn log_prob(&self, alpha: Tensor<2>, beta: Tensor<3>) -> Result<Tensor<2>, ModelError> {
+        let [_, _, k] = self.x.dims();
+        let [nb, kb, c] = beta.dims();
+        let [na, ca] = alpha.dims();
+        if kb != k {
+            return Err(bad("CategoricalLogitGlm", "beta", format!("is [{nb}, {kb}, {c}] against {k} columns of x")));
+        }
+        if ca != c || (na != nb && na != 1 && nb != 1) {
+            return Err(bad("CategoricalLogitGlm", "alpha", format!("is [{na}, {ca}] against beta [{nb}, {kb}, {c}]")));
+        }
+        let x = self.x.clone().cast(beta.dtype());
+        let eta = x.matmul(beta) + alpha.reshape([na, 1, ca]); // [n, N, C]
+        self.y.log_prob(eta)
     }
 }

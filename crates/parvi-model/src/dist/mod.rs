@@ -13,8 +13,10 @@
 //! Count likelihoods ([`BinomialLogit`], [`NegBinomial2Log`]) take their data at construction
 //! and check it once: a negative, non-integer or too large count is an
 //! [`ModelError::InvalidParameter`] naming the distribution and the data. Tensor
-//! `lcdf`/`lccdf` exist for [`Normal`], [`Exponential`], [`Cauchy`] and [`HalfNormal`] (the
-//! normalisers of truncated priors); [`StudentT`]'s are host-side, for scalar parameters.
+//! `lcdf`/`lccdf` exist for most univariate distributions (`docs/dsl.md` lists them); those of
+//! [`Gamma`], [`InvGamma`], [`Beta`], [`Binomial`] and Poisson ([`PoissonLog::lcdf_rate`]) go
+//! through the regularised incomplete gamma and beta functions, evaluated on the host in `f64`
+//! ([`crate::functions::gamma_p`]). [`StudentT`]'s are host-side, for scalar parameters.
 //!
 //! The families live in their own modules and are re-exported here, so every distribution is
 //! `parvi_model::dist::Name`: [`continuous`] (univariate densities), [`discrete`] (count and

@@ -97,21 +97,7 @@ impl LkjCorrCholesky {
     /// The log-density of each factor in `l` (`[n, K, K]`, lower triangular): `[n]`.
     pub fn log_prob(&self, l: Tensor<3>) -> Tensor<1> {
         let [n, k, _] = l.dims();
-        let km1 = k.saturating_sub(1) as f64;
-        let constant = self.eta.map(
-            |eta| {
-                km1 * ln_gamma(eta + 0.5 * km1)
-                    - (1..k).map(|j| 0.5 * j as f64 * PI.ln() + ln_gamma(eta + 0.5 * (km1 - j as f64))).sum::<f64>()
-            },
-            |eta| {
-                let mut c = ln_gamma_tensor(eta.clone().add_scalar(0.5 * km1)).mul_scalar(km1);
-                for j in 1..k {
-                    let jf = j as f64;
-                    c = c - ln_gamma_tensor(eta.clone().add_scalar(0.5 * (km1 - jf))).add_scalar(0.5 * jf * PI.ln());
-                }
-                c
-            },
-        );
+        let constant = lkj_constant(&self.eta, k);
         if k < 2 {
             return constant.add_to(l.reshape([n, k * k]).sum_dim(1).mul_scalar(0.0).reshape([n]));
         }
@@ -129,6 +115,60 @@ impl LkjCorrCholesky {
         };
         let terms = (ld * (coef + two_eta_m2)).mask_fill(outside, f32::NEG_INFINITY);
         constant.add_to(terms.sum_dim(1).reshape([n]))
+    }
+}
+
+/// The LKJ normalising constant `c_K(eta)` (see [`LkjCorrCholesky`]), shared by the density on
+/// correlation matrices and the one on their Cholesky factors.
+fn lkj_constant(eta: &Param<1>, k: usize) -> Param<1> {
+    let km1 = k.saturating_sub(1) as f64;
+    eta.map(
+        |eta| {
+            km1 * ln_gamma(eta + 0.5 * km1)
+                - (1..k).map(|j| 0.5 * j as f64 * PI.ln() + ln_gamma(eta + 0.5 * (km1 - j as f64))).sum::<f64>()
+        },
+        |eta| {
+            let mut c = ln_gamma_tensor(eta.clone().add_scalar(0.5 * km1)).mul_scalar(km1);
+            for j in 1..k {
+                let jf = j as f64;
+                c = c - ln_gamma_tensor(eta.clone().add_scalar(0.5 * (km1 - jf))).add_scalar(0.5 * jf * PI.ln());
+            }
+            c
+        },
+    )
+}
+
+/// Stan's `lkj_corr(Omega | eta)` on correlation matrices `[n, K, K]`: `c_K(eta) + (eta - 1)
+/// ln det Omega` with [`LkjCorrCholesky`]'s constant, `ln det Omega` from one batched Cholesky
+/// factorisation. A matrix that is not positive definite gives `-inf`; that the diagonal is 1
+/// is the `corr_matrix` constraint's business, not checked here (as Stan's `target +=` form).
+#[derive(Clone, Debug)]
+pub struct LkjCorr {
+    eta: Param<1>,
+}
+
+impl LkjCorr {
+    /// `LkjCorr(eta)`; a scalar `eta` must be finite and positive, a tensor one is `[n]`.
+    pub fn new(eta: impl Into<Param<1>>) -> Result<Self, ModelError> {
+        Ok(Self { eta: eta.into().check_positive("lkj_corr", "eta")? })
+    }
+
+    /// The log-density of each correlation matrix in `omega` `[n, K, K]` (its lower triangle
+    /// is read): `[n]`.
+    ///
+    /// # Errors
+    /// If `omega` is not a batch of non-empty square matrices.
+    pub fn log_prob(&self, omega: Tensor<3>) -> Result<Tensor<1>, ModelError> {
+        let [n, k, _] = omega.dims();
+        let (l, singular) = factor_named("lkj_corr", "Omega", omega)?;
+        let log_det = diagonal(l).clamp_min(f32::MIN_POSITIVE).log().sum_dim(1).reshape([n]).mul_scalar(2.0);
+        let scaled = match &self.eta {
+            Param::Scalar(eta) => log_det.mul_scalar(eta - 1.0),
+            Param::Tensor(eta) => log_det * (**eta).clone().sub_scalar(1.0),
+        };
+        let lp = lkj_constant(&self.eta, k).add_to(scaled);
+        let n = lp.dims()[0];
+        Ok(lp.mask_fill(singular.expand([n]), f32::NEG_INFINITY))
     }
 }
 
@@ -244,9 +284,18 @@ fn invalid(name: &'static str, reason: String) -> ModelError {
 /// A batch of covariance matrices factored once: the factors, and which are not positive
 /// definite (their densities are `-inf`).
 fn factor(dist: &'static str, sigma: Tensor<3>) -> Result<(Tensor<3>, Tensor<1, Bool>), ModelError> {
+    factor_named(dist, "Sigma", sigma)
+}
+
+/// [`factor`] of a matrix argument called `name`.
+fn factor_named(
+    dist: &'static str,
+    name: &'static str,
+    sigma: Tensor<3>,
+) -> Result<(Tensor<3>, Tensor<1, Bool>), ModelError> {
     let [n, k, k2] = sigma.dims();
     if k != k2 || k == 0 {
-        return Err(bad(dist, "Sigma", format!("must be [n, K, K] with K > 0, got [{n}, {k}, {k2}]")));
+        return Err(bad(dist, name, format!("must be [n, K, K] with K > 0, got [{n}, {k}, {k2}]")));
     }
     let (l, pivots) = crate::linalg::cholesky(sigma)?;
     // `> 0` is false for a NaN pivot too.
@@ -323,6 +372,20 @@ impl MultiStudentT {
         Ok(Self { nu, mu: checked.mu, l: checked.l, singular })
     }
 
+    /// Stan's `multi_student_t_cholesky(nu, mu, L)`: the scale matrix given by its lower
+    /// Cholesky factor `l` `[n, K, K]` (the upper triangle is not read), no factorisation. A
+    /// factor with a diagonal entry `<= 0` gives that particle `-inf`.
+    ///
+    /// # Errors
+    /// If a scalar `nu` is not finite and positive, or the shapes do not fit.
+    pub fn from_cholesky(nu: impl Into<Param<1>>, mu: Option<Tensor<2>>, l: Tensor<3>) -> Result<Self, ModelError> {
+        let nu = nu.into().check_positive("multi_student_t_cholesky", "nu")?;
+        let checked = MultiNormalCholesky::new(mu, l)?;
+        let nl = checked.l.dims()[0];
+        let singular = diagonal(checked.l.clone()).min_dim(1).reshape([nl]).lower_equal_elem(0.0);
+        Ok(Self { nu, mu: checked.mu, l: checked.l.tril(0), singular })
+    }
+
     /// `log p(y_i)` for one vector per particle, `y` `[n, K]` (or `[1, K]` shared): `[n]`.
     ///
     /// # Errors
@@ -366,3 +429,292 @@ impl MultiStudentT {
         Ok(lp.mask_fill(self.singular.clone().expand([n]), f32::NEG_INFINITY))
     }
 }
+
+/// Stan's `multi_normal_prec(mu, Omega)` with a precision matrix `Omega` `[n, K, K]` per
+/// particle: `-K/2 ln(2 pi) + 1/2 ln|Omega| - 1/2 (y - mu)^T Omega (y - mu)`, from one batched
+/// Cholesky factorisation `Omega = L L^T` (`ln|Omega| = 2 sum ln L_ii`, the quadratic form
+/// `|L^T (y - mu)|^2`: a product, no solve). An `Omega` that is not positive definite gives
+/// that particle `-inf`.
+#[derive(Clone, Debug)]
+pub struct MultiNormalPrec {
+    mu: Option<Tensor<2>>,
+    /// `[n, K, K]`: the factor of `Omega`.
+    l: Tensor<3>,
+    singular: Tensor<1, Bool>,
+}
+
+impl MultiNormalPrec {
+    /// Mean `mu` `[n, K]` (`None`: zero) and precision `omega` `[n, K, K]` (its lower triangle
+    /// is read; a batch of one is shared).
+    ///
+    /// # Errors
+    /// If the shapes do not fit.
+    pub fn new(mu: Option<Tensor<2>>, omega: Tensor<3>) -> Result<Self, ModelError> {
+        let (l, singular) = factor_named("multi_normal_prec", "Omega", omega)?;
+        let checked = MultiNormalCholesky::new(mu, l)?;
+        Ok(Self { mu: checked.mu, l: checked.l, singular })
+    }
+
+    /// `log p(y_i)` for one vector per particle, `y` `[n, K]` (or `[1, K]` shared): `[n]`.
+    ///
+    /// # Errors
+    /// If `y` does not have `K` columns, or its rows are neither one nor the particles'.
+    pub fn log_prob(&self, y: Tensor<2>) -> Result<Tensor<1>, ModelError> {
+        let [nl, k, _] = self.l.dims();
+        let [ny, ky] = y.dims();
+        let nm = self.mu.as_ref().map_or(nl, |m| m.dims()[0]);
+        let n = nl.max(ny).max(nm);
+        if ky != k || [nl, ny, nm].iter().any(|&r| r != n && r != 1) {
+            return Err(bad(
+                "multi_normal_prec",
+                "y",
+                format!("is [{ny}, {ky}] against {n} particles of dimension {k}"),
+            ));
+        }
+        let r = match &self.mu {
+            Some(mu) => y - mu.clone(),
+            None => y,
+        };
+        let rows = r.dims()[0];
+        let r = r.reshape([rows, k, 1]);
+        let r = if rows == n { r } else { r.expand([n, k, 1]) };
+        let lt = self.l.clone().swap_dims(1, 2);
+        let lt = if nl == n { lt } else { lt.expand([n, k, k]) };
+        let quad = lt.matmul(r).square().sum_dim(1).reshape([n]);
+        let log_det_half = diagonal(self.l.clone()).log().sum_dim(1).reshape([nl]);
+        let log_det_half = if nl == n { log_det_half } else { log_det_half.expand([n]) };
+        let lp = log_det_half - quad.mul_scalar(0.5);
+        let lp = lp.sub_scalar(0.5 * k as f64 * (2.0 * PI).ln());
+        Ok(lp.mask_fill(self.singular.clone().expand([n]), f32::NEG_INFINITY))
+    }
+}
+
+/// The multivariate log-gamma function `ln Gamma_K(x) = K (K - 1) / 4 ln pi + sum_{j=0}^{K-1}
+/// ln Gamma(x - j / 2)` (Stan's `lmgamma`), for a scalar (on the host) or a tensor
+/// ([`crate::functions::lmgamma`]).
+fn lmgamma_param(k: usize, x: &Param<1>) -> Param<1> {
+    let c = 0.25 * (k * k.saturating_sub(1)) as f64 * PI.ln();
+    x.map(|v| c + (0..k).map(|j| ln_gamma(v - 0.5 * j as f64)).sum::<f64>(), |t| crate::functions::lmgamma(k, t))
+}
+
+/// `K ln 2 (1 - nu / 2) - ln Gamma_K(nu / 2)`, the Wishart family's normalising constant with
+/// the Jacobian's `2^K`.
+fn wishart_constant(nu: &Param<1>, k: usize) -> Param<1> {
+    let ln2k = k as f64 * std::f64::consts::LN_2;
+    let half = nu.map(|v| 0.5 * v, |t| t.mul_scalar(0.5));
+    let lmg = lmgamma_param(k, &half);
+    half.zip(&lmg, |h, g| ln2k * (1.0 - h) - g, |h, g| h.neg().add_scalar(1.0).mul_scalar(ln2k) - g)
+}
+
+/// `ln 2^K prod_i L_ii^(K - i)` (0-based `i`): the log-Jacobian of `L -> W = L L^T` on lower
+/// Cholesky factors `[n, K, K]`, `[n]`.
+fn cholesky_jacobian(l: Tensor<3>) -> Tensor<1> {
+    let [n, k, _] = l.dims();
+    let d = diagonal(l).clamp_min(f32::MIN_POSITIVE).log();
+    let powers: Vec<f64> = (0..k).map(|i| (k - i) as f64).collect();
+    let powers = Tensor::<2>::from_data(TensorData::new(powers, [1, k]), (&d.device(), d.dtype()));
+    (d * powers).sum_dim(1).reshape([n]).add_scalar(k as f64 * std::f64::consts::LN_2)
+}
+
+/// Which of the Wishart family a [`WishartFamily`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WishartKind {
+    Wishart,
+    Inverse,
+}
+
+/// The shared part of Stan's `wishart_cholesky` and `inv_wishart_cholesky` (Stan math,
+/// `prim/prob/wishart_cholesky_lpdf.hpp`, `inv_wishart_cholesky_lpdf.hpp`): the density of a
+/// lower Cholesky factor `L_W` of `W` for a scale matrix `S = L_S L_S^T`, degrees of freedom
+/// `nu > K - 1`:
+///
+/// - Wishart: `K ln 2 (1 - nu/2) - ln Gamma_K(nu/2) - |L_S^-1 L_W|_F^2 / 2 - nu sum ln (L_S)_ii
+///   + sum_i (nu - 1 - i) ln (L_W)_ii` (0-based `i`);
+/// - inverse Wishart: `K ln 2 (1 - nu/2) - ln Gamma_K(nu/2) - |L_W^-1 L_S|_F^2 / 2 + nu sum ln
+///   (L_S)_ii - sum_i (nu + 1 + i) ln (L_W)_ii`,
+///
+/// that is, the density of `W = L_W L_W^T` times the Jacobian `2^K prod_i (L_W)_ii^(K - i)` of
+/// `L_W -> W`. One triangular solve for all particles.
+#[derive(Clone, Debug)]
+struct WishartFamily {
+    dist: &'static str,
+    kind: WishartKind,
+    nu: Param<1>,
+    /// `[n or 1, K, K]`, lower triangular.
+    l_s: Tensor<3>,
+    /// `[n or 1]`: particles whose scale matrix is not positive definite.
+    singular: Option<Tensor<1, Bool>>,
+}
+
+impl WishartFamily {
+    fn new(
+        dist: &'static str,
+        kind: WishartKind,
+        nu: Param<1>,
+        l_s: Tensor<3>,
+        singular: Option<Tensor<1, Bool>>,
+    ) -> Result<Self, ModelError> {
+        let [ns, k, k2] = l_s.dims();
+        if k != k2 || k == 0 {
+            return Err(bad(dist, "L_S", format!("must be [n, K, K] with K > 0, got [{ns}, {k}, {k2}]")));
+        }
+        if let Param::Scalar(v) = nu
+            && !(v.is_finite() && v > (k - 1) as f64)
+        {
+            return Err(bad(dist, "nu", format!("must be finite and > K - 1 = {}, got {v}", k - 1)));
+        }
+        Ok(Self { dist, kind, nu, l_s: l_s.tril(0), singular })
+    }
+
+    /// The log-density of each factor `l_w` `[n, K, K]` (its lower triangle): `[n]`. A factor
+    /// with a diagonal entry `<= 0` gives `-inf`.
+    fn log_prob(&self, l_w: Tensor<3>) -> Result<Tensor<1>, ModelError> {
+        let [ns, k, _] = self.l_s.dims();
+        let [nw, kw, kw2] = l_w.dims();
+        if kw != k || kw2 != k || (nw != ns && nw != 1 && ns != 1) {
+            return Err(bad(self.dist, "L_W", format!("is [{nw}, {kw}, {kw2}] against L_S [{ns}, {k}, {k}]")));
+        }
+        let l_w = l_w.tril(0);
+        let n = nw.max(ns);
+        if let Param::Tensor(nu) = &self.nu
+            && nu.dims()[0] != n
+            && nu.dims()[0] != 1
+        {
+            return Err(bad(self.dist, "nu", format!("is [{}] against {n} particles", nu.dims()[0])));
+        }
+        let z = match self.kind {
+            WishartKind::Wishart => triangular_solve(self.l_s.clone(), l_w.clone(), Triangle::Lower, false)?,
+            WishartKind::Inverse => triangular_solve(l_w.clone(), self.l_s.clone(), Triangle::Lower, false)?,
+        };
+        let frobenius = z.tril(0).square().sum_dim(2).sum_dim(1).reshape([n]);
+        let diag_w = diagonal(l_w);
+        let outside = diag_w.clone().min_dim(1).reshape([nw]).lower_equal_elem(0.0);
+        let ln_w = diag_w.clamp_min(f32::MIN_POSITIVE).log(); // [nw, K]
+        let steps: Vec<f64> = (0..k).map(|i| 1.0 + i as f64).collect();
+        let steps = Tensor::<2>::from_data(TensorData::new(steps, [1, k]), (&ln_w.device(), ln_w.dtype()));
+        // sum_i (1 + i) ln (L_W)_ii, and the two sums of logs that nu multiplies.
+        let stepped = (ln_w.clone() * steps).sum_dim(1).reshape([nw]);
+        let sum_w = ln_w.sum_dim(1).reshape([nw]);
+        let sum_s = diagonal(self.l_s.clone()).log().sum_dim(1).reshape([ns]);
+        let sign = if self.kind == WishartKind::Wishart { 1.0 } else { -1.0 };
+        // sign nu (sum ln L_W - sum ln L_S) - sum (1 + i) ln L_W - |Z|^2 / 2
+        let logs = (sum_w - sum_s).mul_scalar(sign);
+        let nu_logs = match &self.nu {
+            Param::Scalar(v) => logs.mul_scalar(*v),
+            Param::Tensor(t) => logs * (**t).clone(),
+        };
+        let lp = wishart_constant(&self.nu, k).add_to(nu_logs - stepped - frobenius.mul_scalar(0.5));
+        let mut lp = lp.mask_fill(outside.expand([n]), f32::NEG_INFINITY);
+        if let Some(singular) = &self.singular {
+            lp = lp.mask_fill(singular.clone().expand([n]), f32::NEG_INFINITY);
+        }
+        Ok(lp)
+    }
+}
+
+macro_rules! wishart_cholesky_type {
+    ($name:ident, $stan:literal, $kind:expr, $doc:literal) => {
+        #[doc = $doc]
+        #[derive(Clone, Debug)]
+        pub struct $name {
+            family: WishartFamily,
+        }
+
+        impl $name {
+            /// Degrees of freedom `nu` (a scalar, finite and `> K - 1`, or `[n]`) and the lower
+            /// Cholesky factor `l_s` `[n, K, K]` of the scale matrix (a batch of one is shared;
+            /// the upper triangle is not read).
+            ///
+            /// # Errors
+            /// If a scalar `nu` is outside its support, or `l_s` is not a batch of square matrices.
+            pub fn new(nu: impl Into<Param<1>>, l_s: Tensor<3>) -> Result<Self, ModelError> {
+                Ok(Self { family: WishartFamily::new($stan, $kind, nu.into(), l_s, None)? })
+            }
+
+            /// The log-density of each lower Cholesky factor `l_w` `[n, K, K]`: `[n]`. A factor
+            /// with a diagonal entry `<= 0` gives `-inf`.
+            ///
+            /// # Errors
+            /// If the shapes do not fit.
+            pub fn log_prob(&self, l_w: Tensor<3>) -> Result<Tensor<1>, ModelError> {
+                self.family.log_prob(l_w)
+            }
+        }
+    };
+}
+
+wishart_cholesky_type!(
+    WishartCholesky,
+    "wishart_cholesky",
+    WishartKind::Wishart,
+    "Stan's `wishart_cholesky(L_W | nu, L_S)`: the density of the lower Cholesky factor `L_W` of \
+     a Wishart matrix `W = L_W L_W^T ~ wishart(nu, L_S L_S^T)`, `K ln 2 (1 - nu/2) - \
+     ln Gamma_K(nu/2) - |L_S^-1 L_W|_F^2 / 2 - nu sum_i ln (L_S)_ii + sum_i (nu - 1 - i) \
+     ln (L_W)_ii` (0-based `i`; Stan math's `wishart_cholesky_lpdf`), from one batched \
+     triangular solve."
+);
+
+wishart_cholesky_type!(
+    InvWishartCholesky,
+    "inv_wishart_cholesky",
+    WishartKind::Inverse,
+    "Stan's `inv_wishart_cholesky(L_W | nu, L_S)`: the density of the lower Cholesky factor \
+     `L_W` of an inverse-Wishart matrix `W = L_W L_W^T ~ inv_wishart(nu, L_S L_S^T)`, \
+     `K ln 2 (1 - nu/2) - ln Gamma_K(nu/2) - |L_W^-1 L_S|_F^2 / 2 + nu sum_i ln (L_S)_ii - \
+     sum_i (nu + 1 + i) ln (L_W)_ii` (Stan math's `inv_wishart_cholesky_lpdf`)."
+);
+
+macro_rules! wishart_type {
+    ($name:ident, $stan:literal, $kind:expr, $doc:literal) => {
+        #[doc = $doc]
+        #[derive(Clone, Debug)]
+        pub struct $name {
+            family: WishartFamily,
+        }
+
+        impl $name {
+            /// Degrees of freedom `nu` (a scalar, finite and `> K - 1`, or `[n]`) and the scale
+            /// matrix `sigma` `[n, K, K]` (its lower triangle is read; a batch of one is shared),
+            /// factored once here. A scale matrix that is not positive definite gives its
+            /// particles `-inf`.
+            ///
+            /// # Errors
+            /// If a scalar `nu` is outside its support, or `sigma` is not a batch of square matrices.
+            pub fn new(nu: impl Into<Param<1>>, sigma: Tensor<3>) -> Result<Self, ModelError> {
+                let (l_s, singular) = factor_named($stan, "Sigma", sigma)?;
+                Ok(Self { family: WishartFamily::new($stan, $kind, nu.into(), l_s, Some(singular))? })
+            }
+
+            /// The log-density of each matrix `w` `[n, K, K]` (its lower triangle is read), from
+            /// one batched Cholesky factorisation: the factor's density less the log-Jacobian of
+            /// `L -> L L^T`. A `w` that is not positive definite gives `-inf`.
+            ///
+            /// # Errors
+            /// If the shapes do not fit.
+            pub fn log_prob(&self, w: Tensor<3>) -> Result<Tensor<1>, ModelError> {
+                let (l_w, singular) = factor_named($stan, "W", w)?;
+                let lp = self.family.log_prob(l_w.clone())? - cholesky_jacobian(l_w);
+                let n = lp.dims()[0];
+                Ok(lp.mask_fill(singular.expand([n]), f32::NEG_INFINITY))
+            }
+        }
+    };
+}
+
+wishart_type!(
+    Wishart,
+    "wishart",
+    WishartKind::Wishart,
+    "Stan's `wishart(W | nu, Sigma)`: `(nu - K - 1)/2 ln|W| - tr(Sigma^-1 W)/2 - nu K/2 ln 2 - \
+     nu/2 ln|Sigma| - ln Gamma_K(nu/2)` on symmetric positive-definite `W`, through \
+     [`WishartCholesky`] on `W`'s factor."
+);
+
+wishart_type!(
+    InvWishart,
+    "inv_wishart",
+    WishartKind::Inverse,
+    "Stan's `inv_wishart(W | nu, Sigma)`: `nu/2 ln|Sigma| - (nu + K + 1)/2 ln|W| - \
+     tr(Sigma W^-1)/2 - nu K/2 ln 2 - ln Gamma_K(nu/2)`, through [`InvWishartCholesky`] on `W`'s \
+     factor."
+);

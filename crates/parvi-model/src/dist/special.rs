@@ -4,7 +4,7 @@
 
 use std::f64::consts::PI;
 
-use burn::tensor::Tensor;
+use burn::tensor::{Tensor, TensorData};
 
 use super::LN_2PI;
 
@@ -193,65 +193,344 @@ pub(crate) fn log_bessel_i0_host(x: f64) -> f64 {
 pub(crate) fn log1m_exp_neg<const D: usize>(y: Tensor<D>) -> Tensor<D> {
     let small = y.clone().lower_elem(0.5);
     let ys = y.clone().clamp(f32::MIN_POSITIVE, 0.5);
-    // s(y) = sum_k (-y)^k / (k+1)!, nested: 1 - y/2 (1 - y/3 (1 - ...)), 10 terms.
-    let mut s = ys.clone().mul_scalar(-1.0 / 11.0).add_scalar(1.0);
-    for k in (2..=10).rev() {
-        s = (ys.clone() * s).mul_scalar(-1.0 / f64::from(k)).add_scalar(1.0);
-    }
-    let series = ys.log() + s.log();
+    let series = ys.clone().log() + exprel_series(ys.neg()).log();
     let large = y.clamp_min(0.5).neg().exp().neg().log1p();
     large.mask_where(small, series)
 }
 
+/// `(e^x - 1) / x = sum_k x^k / (k+1)!` for `|x| <= 1/2`, nested as
+/// `1 + x/2 (1 + x/3 (1 + ... (1 + x/11)))`: truncation below 3e-12 relative there. The small
+/// branch of [`log1m_exp_neg`] and [`crate::functions::expm1`].
+pub(crate) fn exprel_series<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    let mut s = x.clone().mul_scalar(1.0 / 11.0).add_scalar(1.0);
+    for k in (2..=10).rev() {
+        s = (x.clone() * s).mul_scalar(1.0 / f64::from(k)).add_scalar(1.0);
+    }
+    s
+}
+
+/// `ln P(a, x)` (`lower`) or `ln Q(a, x)` elementwise, broadcast, with gradients in both (see
+/// [`ln_gamma_pq`]); NaN where `a <= 0` or `x < 0`.
+pub(crate) fn ln_gamma_tail<const D: usize>(a: Tensor<D>, x: Tensor<D>, lower: bool) -> Tensor<D> {
+    let Ok(out) = host_elementwise::<D, 2, std::convert::Infallible>([x, a], |[x, a]| {
+        let t = ln_gamma_pq(a, x);
+        let (v, [da, dx]) = if lower { (t.ln_lower, t.d_lower) } else { (t.ln_upper, t.d_upper) };
+        Ok((v, [dx, da]))
+    });
+    out
+}
+
+/// `ln I_x(a, b)` (`lower`) or `ln(1 - I_x(a, b))` elementwise, broadcast, with gradients in all
+/// three (see [`ln_inc_beta`]); NaN where `a <= 0`, `b <= 0` or `x` is outside `[0, 1]`.
+pub(crate) fn ln_inc_beta_tail<const D: usize>(a: Tensor<D>, b: Tensor<D>, x: Tensor<D>, lower: bool) -> Tensor<D> {
+    let Ok(out) = host_elementwise::<D, 3, std::convert::Infallible>([x, a, b], |[x, a, b]| {
+        let t = ln_inc_beta(a, b, x);
+        let (v, [da, db, dx]) = if lower { (t.ln_lower, t.d_lower) } else { (t.ln_upper, t.d_upper) };
+        Ok((v, [dx, da, db]))
+    });
+    out
+}
+
 /// The regularised incomplete beta function `I_x(a, b)` for `a, b > 0`, `x` in `[0, 1]`
-/// (continued fraction, modified Lentz; relative error near 1e-14).
+/// (the continued fraction of [`ln_inc_beta`]; relative error near 1e-14).
 pub(crate) fn regularized_incomplete_beta(a: f64, b: f64, x: f64) -> f64 {
-    if x <= 0.0 {
-        return 0.0;
+    ln_inc_beta(a, b, x).ln_lower.exp()
+}
+
+/// A number and its derivatives along `N` directions (forward-mode differentiation): a series
+/// or a continued fraction evaluated on these carries its derivative with respect to a shape
+/// parameter term by term, the way Stan math's `grad_reg_lower_inc_gamma` and `inc_beta_dda`
+/// differentiate theirs, without finite differences.
+#[derive(Clone, Copy, Debug)]
+struct Dual<const N: usize> {
+    v: f64,
+    d: [f64; N],
+}
+
+impl<const N: usize> Dual<N> {
+    fn constant(v: f64) -> Self {
+        Self { v, d: [0.0; N] }
     }
-    if x >= 1.0 {
-        return 1.0;
+
+    /// The variable of direction `i`.
+    fn var(v: f64, i: usize) -> Self {
+        let mut d = [0.0; N];
+        d[i] = 1.0;
+        Self { v, d }
     }
-    let ln_front = ln_gamma(a + b) - ln_gamma(a) - ln_gamma(b) + a * x.ln() + b * (-x).ln_1p();
-    // The continued fraction converges fast for x < (a + 1) / (a + b + 2); use the symmetry
-    // I_x(a, b) = 1 - I_{1-x}(b, a) on the other side.
-    if x < (a + 1.0) / (a + b + 2.0) {
-        ln_front.exp() * beta_continued_fraction(a, b, x) / a
-    } else {
-        1.0 - ln_front.exp() * beta_continued_fraction(b, a, 1.0 - x) / b
+
+    fn add(self, o: Self) -> Self {
+        Self { v: self.v + o.v, d: std::array::from_fn(|i| self.d[i] + o.d[i]) }
+    }
+
+    fn add_c(self, c: f64) -> Self {
+        Self { v: self.v + c, ..self }
+    }
+
+    fn mul(self, o: Self) -> Self {
+        Self { v: self.v * o.v, d: std::array::from_fn(|i| self.d[i] * o.v + self.v * o.d[i]) }
+    }
+
+    fn scale(self, c: f64) -> Self {
+        Self { v: self.v * c, d: self.d.map(|d| d * c) }
+    }
+
+    fn recip(self) -> Self {
+        let r = 1.0 / self.v;
+        Self { v: r, d: self.d.map(|d| -d * r * r) }
+    }
+
+    fn div(self, o: Self) -> Self {
+        self.mul(o.recip())
+    }
+
+    /// Whether the value and every derivative moved by less than `eps` relative to `of`.
+    fn small_against(self, of: Self, eps: f64) -> bool {
+        self.v.abs() <= eps * of.v.abs() && self.d.iter().zip(&of.d).all(|(d, o)| d.abs() <= eps * o.abs() + 1e-300)
     }
 }
 
-fn beta_continued_fraction(a: f64, b: f64, x: f64) -> f64 {
-    const TINY: f64 = 1e-300;
-    let (qab, qap, qam) = (a + b, a + 1.0, a - 1.0);
-    let mut c = 1.0;
-    let mut d = 1.0 - qab * x / qap;
-    if d.abs() < TINY {
-        d = TINY;
-    }
-    d = 1.0 / d;
-    let mut h = d;
-    for m in 1..=500 {
-        let m = f64::from(m);
-        let m2 = 2.0 * m;
-        for aa in [m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))] {
-            d = 1.0 + aa * d;
-            if d.abs() < TINY {
-                d = TINY;
-            }
-            c = 1.0 + aa / c;
-            if c.abs() < TINY {
-                c = TINY;
-            }
-            d = 1.0 / d;
-            h *= d * c;
+/// Iterations allowed to a series or continued fraction: each needs about `sqrt` of its
+/// shape parameter (Numerical Recipes, section 6.2), so this covers shapes up to about 1e8.
+const MAX_TERMS: usize = 100_000;
+
+/// `ln(1 - e^l)` for `l <= 0` in `f64` (Maechler's switch at `-ln 2`).
+fn log1m_exp_host(l: f64) -> f64 {
+    if l > -std::f64::consts::LN_2 { (-l.exp_m1()).ln() } else { (-l.exp()).ln_1p() }
+}
+
+/// Both tails of a cdf in log form and the derivatives of each with respect to the cdf's
+/// arguments (the shape parameters, then the variable), as the host kernels of
+/// [`crate::functions::gamma_p`] and [`crate::functions::inc_beta`] return them.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LogTails<const K: usize> {
+    pub ln_lower: f64,
+    pub ln_upper: f64,
+    pub d_lower: [f64; K],
+    pub d_upper: [f64; K],
+}
+
+impl<const K: usize> LogTails<K> {
+    /// The tails from the one computed directly (`ln_small`, with its derivatives), the other
+    /// as its complement: `d ln(1 - p) = -p / (1 - p) d ln p`.
+    fn from_one(ln_small: f64, d_small: [f64; K], small_is_lower: bool) -> Self {
+        let ln_other = log1m_exp_host(ln_small);
+        let ratio = (ln_small - ln_other).exp();
+        let d_other = d_small.map(|d| -ratio * d);
+        if small_is_lower {
+            Self { ln_lower: ln_small, ln_upper: ln_other, d_lower: d_small, d_upper: d_other }
+        } else {
+            Self { ln_lower: ln_other, ln_upper: ln_small, d_lower: d_other, d_upper: d_small }
         }
-        if (d * c - 1.0).abs() < 1e-15 {
+    }
+
+    fn constant(ln_lower: f64, ln_upper: f64) -> Self {
+        Self { ln_lower, ln_upper, d_lower: [0.0; K], d_upper: [0.0; K] }
+    }
+
+    fn nan() -> Self {
+        Self::constant(f64::NAN, f64::NAN)
+    }
+}
+
+/// `(ln P(a, x), ln Q(a, x))`, the regularised lower and upper incomplete gamma functions, with
+/// their derivatives with respect to `(a, x)`, for `a > 0` and `x >= 0` (NaN otherwise).
+///
+/// Numerical Recipes' split (section 6.2): below `x = a + 1` the series
+/// `P = x^a e^-x / Gamma(a + 1) sum_n x^n / ((a + 1) ... (a + n))` (DLMF 8.7.1), above it the
+/// continued fraction for `Q` (DLMF 8.9.2, modified Lentz); the other tail is the complement,
+/// which is never small on its side of the split. Both are summed in log form, so a far tail
+/// (`ln Q(2, 800)`) is finite. The derivative in `a` is the series' (the fraction's) own,
+/// carried term by term as a dual number (Stan math's `grad_reg_lower_inc_gamma` differentiates
+/// the same series); the one in `x` is the density `x^(a-1) e^-x / Gamma(a)` over the tail.
+pub(crate) fn ln_gamma_pq(a: f64, x: f64) -> LogTails<2> {
+    if !(a > 0.0 && a.is_finite()) || x.is_nan() || x < 0.0 {
+        return LogTails::nan();
+    }
+    if x == 0.0 {
+        return LogTails::constant(f64::NEG_INFINITY, 0.0);
+    }
+    if x.is_infinite() {
+        return LogTails::constant(0.0, f64::NEG_INFINITY);
+    }
+    let lx = x.ln();
+    let ln_density = (a - 1.0) * lx - x - ln_gamma(a);
+    let ad = Dual::<1>::var(a, 0);
+    if x < a + 1.0 {
+        // sum_n t_n with t_0 = 1, t_n = t_{n-1} x / (a + n).
+        let (mut term, mut sum) = (Dual::constant(1.0), Dual::constant(1.0));
+        for n in 1..MAX_TERMS {
+            term = term.mul(ad.add_c(n as f64).recip()).scale(x);
+            sum = sum.add(term);
+            if term.small_against(sum, 1e-17) {
+                break;
+            }
+        }
+        // ln P = a ln x - x - ln Gamma(a + 1) + ln S.
+        let ln_p = a * lx - x - ln_gamma(a + 1.0) + sum.v.ln();
+        let d_a = lx - digamma_host(a + 1.0) + sum.d[0] / sum.v;
+        let d_x = (ln_density - ln_p).exp();
+        LogTails::from_one(ln_p, [d_a, d_x], true)
+    } else {
+        // Q = x^a e^-x / Gamma(a) h, h = 1 / (x + 1 - a - 1 (1 - a) / (x + 3 - a - ...)).
+        let h = lentz(|i| {
+            if i == 0 {
+                return (Dual::constant(1.0), ad.scale(-1.0).add_c(x + 1.0));
+            }
+            let fi = i as f64;
+            // a_i = -i (i - a), b_i = x + 2i + 1 - a.
+            (ad.add_c(-fi).scale(fi), ad.scale(-1.0).add_c(x + 2.0 * fi + 1.0))
+        });
+        let ln_q = a * lx - x - ln_gamma(a) + h.v.ln();
+        let d_a = lx - digamma_host(a) + h.d[0] / h.v;
+        let d_x = -(ln_density - ln_q).exp();
+        LogTails::from_one(ln_q, [d_a, d_x], false)
+    }
+}
+
+/// `(ln I_x(a, b), ln(1 - I_x(a, b)))`, the regularised incomplete beta function and its
+/// complement, with their derivatives with respect to `(a, b, x)`, for `a, b > 0` and `x` in
+/// `[0, 1]` (NaN otherwise).
+///
+/// The continued fraction of DLMF 8.17.22 (Numerical Recipes' `betacf`, modified Lentz) below
+/// `x = (a + 1) / (a + b + 2)`, and on the reflected side `I_x(a, b) = 1 - I_{1-x}(b, a)`, where
+/// it converges fast; its derivatives in `a` and `b` are carried through the fraction as dual
+/// numbers (Stan math's `inc_beta_dda` / `inc_beta_ddb` differentiate a series instead), the one
+/// in `x` is the density `x^(a-1) (1-x)^(b-1) / B(a, b)` over the tail.
+pub(crate) fn ln_inc_beta(a: f64, b: f64, x: f64) -> LogTails<3> {
+    if !(a > 0.0 && a.is_finite() && b > 0.0 && b.is_finite()) || x.is_nan() || !(0.0..=1.0).contains(&x) {
+        return LogTails::nan();
+    }
+    if x == 0.0 {
+        return LogTails::constant(f64::NEG_INFINITY, 0.0);
+    }
+    if x == 1.0 {
+        return LogTails::constant(0.0, f64::NEG_INFINITY);
+    }
+    let (lx, l1x) = (x.ln(), (-x).ln_1p());
+    let ln_b = ln_gamma(a) + ln_gamma(b) - ln_gamma(a + b);
+    let ln_density = (a - 1.0) * lx + (b - 1.0) * l1x - ln_b;
+    let dig_ab = digamma_host(a + b);
+    // ln(x^p (1-x)^q / (p B(p, q)) cf(p, q, x)) with its derivatives in (p, q).
+    let side = |p: f64, q: f64, y: f64, ly: f64, l1y: f64| {
+        let h = beta_continued_fraction(Dual::<2>::var(p, 0), Dual::var(q, 1), y);
+        let ln = p * ly + q * l1y - ln_b - p.ln() + h.v.ln();
+        let d_p = ly - digamma_host(p) + dig_ab - 1.0 / p + h.d[0] / h.v;
+        let d_q = l1y - digamma_host(q) + dig_ab + h.d[1] / h.v;
+        (ln, d_p, d_q)
+    };
+    if x < (a + 1.0) / (a + b + 2.0) {
+        let (ln, d_a, d_b) = side(a, b, x, lx, l1x);
+        LogTails::from_one(ln, [d_a, d_b, (ln_density - ln).exp()], true)
+    } else {
+        let (ln, d_b, d_a) = side(b, a, 1.0 - x, l1x, lx);
+        LogTails::from_one(ln, [d_a, d_b, -(ln_density - ln).exp()], false)
+    }
+}
+
+/// The continued fraction `1 / (1 + d_1 / (1 + d_2 / (1 + ...)))` of DLMF 8.17.22 with
+/// `d_{2m+1} = -(p + m)(p + q + m) y / ((p + 2m)(p + 2m + 1))` and
+/// `d_{2m} = m (q - m) y / ((p + 2m - 1)(p + 2m))`, on dual numbers.
+fn beta_continued_fraction<const N: usize>(p: Dual<N>, q: Dual<N>, y: f64) -> Dual<N> {
+    let one = Dual::constant(1.0);
+    lentz(|i| {
+        if i == 0 {
+            return (one, one);
+        }
+        let m = (i / 2) as f64;
+        let d = if i % 2 == 1 {
+            // -(p + m)(p + q + m) y / ((p + 2m)(p + 2m + 1))
+            p.add_c(m).mul(p.add(q).add_c(m)).scale(-y).div(p.add_c(2.0 * m).mul(p.add_c(2.0 * m + 1.0)))
+        } else {
+            // m (q - m) y / ((p + 2m - 1)(p + 2m))
+            q.add_c(-m).scale(m * y).div(p.add_c(2.0 * m - 1.0).mul(p.add_c(2.0 * m)))
+        };
+        (d, one)
+    })
+}
+
+/// The continued fraction `a_0 / (b_0 + a_1 / (b_1 + a_2 / (b_2 + ...)))` on dual numbers,
+/// `terms(i) = (a_i, b_i)`: the denominator by the modified Lentz method (Numerical Recipes,
+/// section 5.2), stopped when both its value and its derivatives have settled to 1e-15.
+fn lentz<const N: usize>(terms: impl Fn(usize) -> (Dual<N>, Dual<N>)) -> Dual<N> {
+    const TINY: f64 = 1e-300;
+    let guard = |v: Dual<N>| if v.v.abs() < TINY { Dual { v: TINY, ..v } } else { v };
+    let (a0, b0) = terms(0);
+    let mut g = guard(b0);
+    let (mut c, mut d) = (g, Dual::constant(0.0));
+    for i in 1..MAX_TERMS {
+        let (ai, bi) = terms(i);
+        d = guard(bi.add(ai.mul(d))).recip();
+        c = guard(bi.add(ai.div(c)));
+        let delta = c.mul(d);
+        g = g.mul(delta);
+        // g' changes by g' (delta - 1) + g delta': both parts below 1e-15 of g'.
+        let settled = (delta.v - 1.0).abs() <= 1e-15
+            && delta.d.iter().zip(&g.d).all(|(dd, gd)| (dd * g.v).abs() <= 1e-15 * gd.abs() + 1e-300);
+        if settled {
             break;
         }
     }
-    h
+    a0.div(g)
+}
+
+/// The digamma function `psi(x)` on the host in `f64` for `x > 0`: the recurrence
+/// `psi(x) = psi(x + 1) - 1 / x` up to `x >= 10`, then the asymptotic series
+/// `ln x - 1/(2x) - sum_k B_2k / (2k x^2k)` (DLMF 5.11.2, six terms; error below 1e-15).
+pub(crate) fn digamma_host(x: f64) -> f64 {
+    let (mut x, mut shift) = (x, 0.0);
+    while x < 10.0 {
+        shift -= 1.0 / x;
+        x += 1.0;
+    }
+    let w = 1.0 / (x * x);
+    // B_2k / 2k for k = 1..6: 1/12, -1/120, 1/252, -1/240, 1/132, -691/32760.
+    let series = w
+        * (1.0 / 12.0
+            - w * (1.0 / 120.0 - w * (1.0 / 252.0 - w * (1.0 / 240.0 - w * (1.0 / 132.0 - w * 691.0 / 32_760.0)))));
+    shift + x.ln() - 0.5 / x - series
+}
+
+/// `f` evaluated elementwise on the host in `f64` over the broadcast of `inputs`, as a tensor
+/// (in the first input's dtype, on its device) whose gradient with respect to each tracked input
+/// is the partial derivative `f` returns beside the value: `v + sum_k (t_k - detach(t_k)) g_k`,
+/// which is `v` in value (the way [`crate::functions::inv_Phi`] sets its derivative).
+///
+/// For special functions whose series or continued fractions need a number of terms that
+/// depends on the arguments (the incomplete gamma and beta functions): one read and one write
+/// of the broadcast shape, a memory copy on the CPU backends and a synchronisation on a GPU. A
+/// non-finite partial derivative (at an end of the support, where the value is `0` or `-inf`)
+/// is set to 0, so the product with an untracked zero never puts a NaN into the value. The
+/// first error `f` returns (an argument outside the function's domain) is returned instead.
+pub(crate) fn host_elementwise<const D: usize, const K: usize, E>(
+    inputs: [Tensor<D>; K],
+    f: impl Fn([f64; K]) -> Result<(f64, [f64; K]), E>,
+) -> Result<Tensor<D>, E> {
+    let shape: [usize; D] = std::array::from_fn(|axis| inputs.iter().map(|t| t.dims()[axis]).max().unwrap_or(1));
+    let (device, dtype) = (inputs[0].device(), inputs[0].dtype());
+    let read = |t: &Tensor<D>| -> Vec<f64> {
+        t.clone().detach().expand(shape).into_data().convert::<f64>().try_into_vec::<f64>().unwrap_or_default()
+    };
+    let columns: Vec<Vec<f64>> = inputs.iter().map(read).collect();
+    let len: usize = shape.iter().product();
+    let mut value = Vec::with_capacity(len);
+    let mut grads = vec![Vec::with_capacity(len); K];
+    let point = |i: usize| -> [f64; K] { std::array::from_fn(|k| columns[k][i]) };
+    for i in 0..len {
+        let (v, g) = f(point(i))?;
+        value.push(v);
+        for (col, gk) in grads.iter_mut().zip(g) {
+            col.push(if gk.is_finite() { gk } else { 0.0 });
+        }
+    }
+    let tensor = |values: Vec<f64>| Tensor::<D>::from_data(TensorData::new(values, shape), (&device, dtype));
+    let mut out = tensor(value);
+    for (t, g) in inputs.into_iter().zip(grads) {
+        if t.is_tracked() {
+            out = out + (t.clone() - t.detach()) * tensor(g);
+        }
+    }
+    Ok(out)
 }
 
 /// `ln Gamma(x)` for `x > 0` (Lanczos, g = 7, n = 9; relative error below 1e-13).
