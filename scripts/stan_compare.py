@@ -199,6 +199,14 @@ def main():
     parser.add_argument("--markdown", action="store_true", help="print results.jsonl as a markdown table and stop")
     args = parser.parse_args()
 
+    # httpstan's builds leave a setuptools `build/` folder in the working directory: work in OUT.
+    args.out = os.path.abspath(args.out)
+    if os.path.sep in args.parvi:
+        args.parvi = os.path.abspath(args.parvi)
+    if args.posteriordb:
+        args.posteriordb = os.path.abspath(args.posteriordb)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    os.chdir(args.out)
     results = Path(args.out) / "results.jsonl"
     builds_file = Path(args.out) / "builds.jsonl"
     builds = {}
