@@ -123,8 +123,9 @@ pub struct FitArgs {
     #[arg(long)]
     pub polish_steps: Option<usize>,
     /// The polish step's kernel: `auto` (MALA, switching to autoMALA when one step size leaves
-    /// chains stuck), `chees` (ChEES-HMC: batched HMC with one adapted, jittered trajectory; fewer
-    /// gradients where MALA mixes slowly), `mala` or `auto-mala` [default: auto].
+    /// chains stuck, and handing chains that have not mixed after 1000 steps to ChEES-HMC),
+    /// `chees` (ChEES-HMC from the start: batched HMC with one adapted, jittered trajectory;
+    /// fewer gradients where MALA mixes slowly), `mala` or `auto-mala` [default: auto].
     #[arg(long, value_name = "KERNEL")]
     pub polish_kernel: Option<String>,
     /// Share the particles among the processes of an MPI job (`mpirun -np K parvi fit ...
