@@ -56,9 +56,9 @@ pub const DEFAULT_STEPS: usize = 2000;
 /// the particles' moments are compared by [`drift`] (the largest change of a coordinate's mean,
 /// in sds, or of its sd, relative) with those `window` looks before; once that is below `tol`,
 /// past `min_steps`, the run ends. Comparing across a window rather than with the last look
-/// tells a drift from the jitter of an adaptive step: SVGD's particles never stop moving by
-/// 0.02 to 0.07 sd a look (measured on eight_schools, garch, kidiq), which does not add up,
-/// while a slow drift does.
+/// tells a drift from the jitter of an adaptive step: SVGD's particles never stop moving by a
+/// few hundredths of an sd a look, which does not add up, while a slow drift does
+/// (docs/posteriordb.md).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct SettleConfig {
@@ -575,8 +575,7 @@ pub fn fit_reported(
         Snapshot { every: (config.steps * 9 / 10).min(config.steps.saturating_sub(20)).max(1), taken: None };
     // The particles only start the polish step's chains when it follows every run; where they
     // are the answer (no polish, or only when flagged) the run takes every step: settled to 0.1
-    // sd a window is a warm start, not an answer (eight_schools' theta[1] 0.33 sd off at the
-    // stop, 0.1 after 2,000 steps).
+    // sd a window is a warm start, not an answer.
     let polish_follows = config.polish.is_some_and(|p| p.when == PolishWhen::Always);
     let fixed_length =
         !polish_follows || config.checkpoint.is_some() || config.resume.is_some() || config.collective.is_some();

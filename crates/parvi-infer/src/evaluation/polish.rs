@@ -55,7 +55,8 @@ use crate::{EngineRng, InferError, Particles};
 
 /// Draws kept per chain before the trace is thinned by half. With the default 100 chains that is
 /// 12,500 to 25,000 draws: ESS >= 400 needs far fewer, and every look at the stopping rule ranks
-/// all kept draws of every watched quantity (at 1,000 the looks were 90% of eight_schools' fit).
+/// all kept draws of every watched quantity, so the looks' cost grows with this
+/// (docs/posteriordb.md, "The default path against Stan's NUTS").
 pub const MAX_KEPT: usize = 250;
 /// Steps after the warm-up over which each chain's MALA acceptance is averaged to see stuck chains.
 pub const PROBE_STEPS: usize = 50;
@@ -65,10 +66,9 @@ pub const STUCK_ACCEPTANCE: f64 = 0.1;
 /// More than this share of stuck chains switches [`PolishKernel::Auto`] to autoMALA.
 pub const STUCK_SHARE: f64 = 0.05;
 /// MALA steps after which [`PolishKernel::Auto`] hands chains that have not yet met the
-/// stopping rule to ChEES-HMC. Where MALA mixes it stops within 200 to 800 steps (posteriordb:
-/// 19 of 22 posteriors); past that it is MALA's random walk on a hierarchical or latent scale
-/// (eight_schools 4,522 steps, gp_pois_regr not mixed in 5,000), where ChEES's trajectories need
-/// 1,015 leapfrog steps and mix (docs/posteriordb.md).
+/// stopping rule to ChEES-HMC: where MALA mixes it stops well before, and past that it is
+/// MALA's random walk on a hierarchical or latent scale, which ChEES's trajectories cross in
+/// fewer gradients (measured per posterior in docs/posteriordb.md).
 pub const CHEES_AFTER: usize = 1000;
 
 /// The polish step's Markov kernel.
