@@ -509,7 +509,13 @@ pub(crate) fn host_elementwise<const D: usize, const K: usize, E>(
     let shape: [usize; D] = std::array::from_fn(|axis| inputs.iter().map(|t| t.dims()[axis]).max().unwrap_or(1));
     let (device, dtype) = (inputs[0].device(), inputs[0].dtype());
     let read = |t: &Tensor<D>| -> Vec<f64> {
-        t.clone().detach().expand(shape).into_data().convert::<f64>().try_into_vec::<f64>().unwrap_or_default()
+        t.clone()
+            .without_autodiff()
+            .expand(shape)
+            .into_data()
+            .convert::<f64>()
+            .try_into_vec::<f64>()
+            .unwrap_or_default()
     };
     let columns: Vec<Vec<f64>> = inputs.iter().map(read).collect();
     let len: usize = shape.iter().product();
