@@ -555,6 +555,11 @@ pub fn fit_reported(
         start.positions =
             start.positions + parvi_model::tensor_ops::matrix_from_vec(offsets, config.particles, model.dim(), device);
     }
+    let redrawn = if config.resume.is_none() {
+        redraw_non_finite_starts(target, &mut start, config.init_std, &mut rng)
+    } else {
+        0
+    };
     let ksd_start = if config.resume.is_none() { stein_discrepancy(target, &start.positions) } else { None };
     let initial = ksd_start.is_some().then(|| start.clone());
     let mut engine = spec.build()?;
@@ -621,6 +626,11 @@ pub fn fit_reported(
         },
         ..Diagnostics::read(&report)
     };
+    if redrawn > 0 {
+        diagnostics.warnings.push(format!(
+            "{redrawn} start draws had a non-finite log density (the model fails or is -inf there) and were redrawn from the approximation around the mode"
+        ));
+    }
     let mut chains = None;
     if !is_mcmc && config.check_steps > 0 {
         // Compared in the model's unconstrained coordinates, so a flagged coordinate is one of
@@ -936,4 +946,48 @@ impl LogDensity for Counted<'_> {
         self.evals.set(self.evals.get() + particles.dims()[0]);
         self.model.log_prob(particles, batch)
     }
+}
+
+/// Rounds of redrawing a start particle whose log density is not finite (Stan retries an
+/// initial value 100 times).
+const START_REDRAWS: usize = 100;
+
+/// Redraws the start particles at which the target's log density is `-inf` or NaN (an ODE that
+/// fails there, a state that underflows to 0, a start put around a spurious stationary point) from
+/// the main approximation, `N(0, init_std^2 I)` in the engine's coordinates, as Stan retries a
+/// bad initial value; returns how many draws were replaced. What is still not finite after
+/// [`START_REDRAWS`] rounds is left for the run loop to report with the model's error.
+fn redraw_non_finite_starts(
+    target: &dyn LogDensity,
+    start: &mut Particles,
+    init_std: f64,
+    rng: &mut EngineRng,
+) -> usize {
+    let (n, dim) = (start.len(), start.dim());
+    let device = start.device();
+    let mut rows: Option<Vec<f32>> = None;
+    let mut replaced = 0;
+    for _ in 0..START_REDRAWS {
+        let Ok(values) = parvi_model::grad::log_prob_value(target, start.positions.clone(), None) else { break };
+        // A failure the model recorded is the cause of the NaN it returned: redrawing is the answer.
+        let _ = target.take_error();
+        let bad: Vec<usize> = parvi_model::tensor_ops::to_vec_f64(&values)
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| !v.is_finite())
+            .map(|(i, _)| i)
+            .collect();
+        if bad.is_empty() {
+            break;
+        }
+        let host = rows.get_or_insert_with(|| start.to_rows().concat());
+        for &i in &bad {
+            for v in &mut host[i * dim..(i + 1) * dim] {
+                *v = (init_std * rng.normal()) as f32;
+            }
+        }
+        replaced += bad.len();
+        start.positions = parvi_model::tensor_ops::matrix_from_vec(host.clone(), n, dim, &device);
+    }
+    replaced
 }

@@ -169,27 +169,33 @@ pub(crate) fn halves(chains: &[Vec<f64>]) -> Vec<Vec<f64>> {
 /// The draws of all chains rank-normalised together: `z = Phi^-1((r - 3/8) / (S + 1/4))`, ties
 /// at their mean rank (1-based; Vehtari et al. 2021, eq. 14).
 pub(crate) fn rank_normalise(chains: &[Vec<f64>]) -> Vec<Vec<f64>> {
-    // One flat array and an unstable sort of its indices: the polish step's stopping rule
-    // ranks every watched quantity at every look, and a stable sort of (value, chain, draw)
-    // tuples was most of its time (ties are handled below, so stability buys nothing).
+    // The polish step's stopping rule ranks every watched quantity at every look. Sorted as
+    // (order-preserving integer key, index) pairs, compared without indirection; the normal
+    // quantile of each rank from a table shared by every quantity of the same draw count (a
+    // look's quantities all have it). Ties (equal keys) take their mean rank.
     let flat: Vec<f64> = chains.iter().flatten().copied().collect();
     let total = flat.len();
-    let mut order: Vec<u32> = (0..total as u32).collect();
-    order.sort_unstable_by(|&a, &b| flat[a as usize].total_cmp(&flat[b as usize]));
+    let mut keyed: Vec<(u64, u32)> = flat.iter().enumerate().map(|(k, &v)| (total_order_key(v), k as u32)).collect();
+    keyed.sort_unstable();
     let mut z_flat = vec![0.0; total];
-    let mut i = 0;
-    while i < total {
-        let mut j = i;
-        while j + 1 < total && flat[order[j + 1] as usize] == flat[order[i] as usize] {
-            j += 1;
+    RANK_QUANTILES.with(|table| {
+        let mut table = table.borrow_mut();
+        if table.len() != total {
+            *table = (0..total).map(|i| rank_quantile(i as f64 + 1.0, total)).collect();
         }
-        let rank = (i + j) as f64 / 2.0 + 1.0;
-        let value = crate::evaluation::normal_quantile((rank - 0.375) / (total as f64 + 0.25));
-        for &k in &order[i..=j] {
-            z_flat[k as usize] = value;
+        let mut i = 0;
+        while i < total {
+            let mut j = i;
+            while j + 1 < total && keyed[j + 1].0 == keyed[i].0 {
+                j += 1;
+            }
+            let value = if i == j { table[i] } else { rank_quantile((i + j) as f64 / 2.0 + 1.0, total) };
+            for &(_, k) in &keyed[i..=j] {
+                z_flat[k as usize] = value;
+            }
+            i = j + 1;
         }
-        i = j + 1;
-    }
+    });
     let mut rest = z_flat.as_slice();
     chains
         .iter()
@@ -199,6 +205,22 @@ pub(crate) fn rank_normalise(chains: &[Vec<f64>]) -> Vec<Vec<f64>> {
             head.to_vec()
         })
         .collect()
+}
+
+thread_local! {
+    /// `Phi^-1((r - 3/8) / (S + 1/4))` for `r = 1..=S`, for the last draw count `S` ranked.
+    static RANK_QUANTILES: std::cell::RefCell<Vec<f64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The normal score of (1-based, possibly mean) rank `r` of `total` (Vehtari et al. 2021, eq. 14).
+fn rank_quantile(r: f64, total: usize) -> f64 {
+    crate::evaluation::normal_quantile((r - 0.375) / (total as f64 + 0.25))
+}
+
+/// An integer key in `f64::total_cmp`'s order (sign-magnitude to two's-complement order).
+fn total_order_key(v: f64) -> u64 {
+    let bits = v.to_bits();
+    if bits >> 63 == 1 { !bits } else { bits | (1 << 63) }
 }
 
 /// Split R-hat of one coordinate: each chain is cut in halves, and

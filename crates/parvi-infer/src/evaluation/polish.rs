@@ -49,8 +49,8 @@ use serde::{Deserialize, Serialize};
 use crate::evaluation::auto_mala::AutoMala;
 use crate::evaluation::chees::{Chees, Metric, leapfrog_steps};
 use crate::evaluation::stationarity::{Mala, MalaChains, MalaState, chain_start};
-use crate::evaluation::summary::{quantile7, rank_rhat};
-use crate::evaluation::{MIN_PARTICLES, TraceView, bulk_ess};
+use crate::evaluation::summary::{quantile7, rank_rhat_and_bulk_ess};
+use crate::evaluation::{MIN_PARTICLES, TraceView};
 use crate::{EngineRng, InferError, Particles};
 
 /// Draws kept per chain before the trace is thinned by half. With the default 100 chains that is
@@ -665,7 +665,7 @@ impl<'v> Monitor<'v> {
             let finite = series.iter().flatten().all(|v| v.is_finite());
             let (r, e) = if finite {
                 let all: Vec<f64> = series.iter().flatten().copied().collect();
-                (rank_rhat(&series, quantile7(&all, 0.5)), bulk_ess(&series))
+                rank_rhat_and_bulk_ess(&series, quantile7(&all, 0.5))
             } else {
                 (f64::NAN, f64::NAN)
             };

@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::InferError;
 use crate::evaluation::diagnostics::{halves, rank_normalise};
-use crate::evaluation::{bulk_ess, ess, split_rhat};
+use crate::evaluation::{ess, split_rhat};
 
 /// One quantity's line of a [`Summary`]; `None` where the statistic does not apply.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -76,6 +76,7 @@ impl Summary {
                 let finite = x.iter().all(|v| v.is_finite());
                 let mcmc = |v: f64| finite.then_some(v);
                 let ess_mean = ess(&halves(&split));
+                let (rhat, ess_bulk) = rank_rhat_and_bulk_ess(&split, q50);
                 SummaryRow {
                     name: name.clone(),
                     mean,
@@ -84,9 +85,9 @@ impl Summary {
                     q5,
                     q50,
                     q95,
-                    ess_bulk: mcmc(bulk_ess(&split)),
+                    ess_bulk: mcmc(ess_bulk),
                     ess_tail: mcmc(tail_ess(&split, q5, q95)),
-                    rhat: mcmc(rank_rhat(&split, q50)),
+                    rhat: mcmc(rhat),
                 }
             })
             .collect();
@@ -247,9 +248,13 @@ fn weighted_quantile(x: &[f64], w: &[f64], p: f64) -> f64 {
 
 /// Rank-normalised split R-hat: the larger of the rank-normalised draws' split R-hat (location)
 /// and that of the rank-normalised `|x - median|` (scale) (Vehtari et al. 2021, Sec. 4.2).
-pub(crate) fn rank_rhat(chains: &[Vec<f64>], median: f64) -> f64 {
+/// With it, the bulk ESS ([`crate::evaluation::bulk_ess`]) from the same ranking of the draws
+/// (the ranking is most of the cost of both).
+pub(crate) fn rank_rhat_and_bulk_ess(chains: &[Vec<f64>], median: f64) -> (f64, f64) {
     let folded: Vec<Vec<f64>> = chains.iter().map(|c| c.iter().map(|x| (x - median).abs()).collect()).collect();
-    split_rhat(&rank_normalise(chains)).max(split_rhat(&rank_normalise(&folded)))
+    let ranked = rank_normalise(chains);
+    let rhat = split_rhat(&ranked).max(split_rhat(&rank_normalise(&folded)));
+    (rhat, ess(&halves(&ranked)))
 }
 
 /// Tail ESS: the smaller ESS of the split chains' indicators `I(x <= q5)` and `I(x <= q95)`
