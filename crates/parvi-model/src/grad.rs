@@ -70,7 +70,12 @@ pub fn score(model: &dyn LogDensity, particles: Tensor<2>, batch: Option<&Miniba
     if dim != model.dim() {
         return Err(ModelError::DimensionMismatch { expected: model.dim(), got: dim });
     }
-    let (log_prob, grad) = value_and_grad(particles, |x| model.log_prob(x, batch))?;
+    // A model that failed part-way returns an untracked NaN: its own error is the cause, not a
+    // density without a gradient.
+    let (log_prob, grad) = value_and_grad(particles, |x| model.log_prob(x, batch)).map_err(|e| match e {
+        ModelError::NoGradient => model.take_error().unwrap_or(ModelError::NoGradient),
+        other => other,
+    })?;
     Ok(Score { log_prob, grad })
 }
 

@@ -35,11 +35,15 @@
 //! `s' = J s + f_theta`, whose Jacobian is `J` itself, so the gradient stays a consistent
 //! approximation of the sensitivities. Unlike Stan, the sensitivities do not enter the error norm.
 //!
-//! **Failure is an error.** Step-size underflow, too many steps between two output times, and a
-//! non-finite state or derivative each give an [`OdeError`] naming the first offending particle,
-//! the time reached and the tolerances; bad arguments name the argument.
+//! **Failure is per particle.** A particle the solve cannot carry (step-size underflow, more
+//! than `max_num_steps` steps between two output times while it has the largest error, a
+//! non-finite state or derivative) is dropped from the step-size control, its states are NaN and
+//! [`OdeSolution::failed`] names it with its [`OdeError`] (the time reached and the tolerances):
+//! its log density is NaN, which the engines reject as Stan rejects a proposal whose solve
+//! fails, and the batch goes on without it. A solve is an error only when every particle has
+//! failed, or when an argument is bad (the error names the argument).
 
-use burn::tensor::{DType, Int, Tensor, TensorData};
+use burn::tensor::{Bool, DType, Int, Tensor, TensorData};
 use thiserror::Error;
 
 /// Tolerances and step limit, as in Stan's `integrate_ode_rk45(..., rel_tol, abs_tol, max_num_steps)`.
@@ -151,9 +155,20 @@ pub struct OdeStats {
 #[derive(Debug, Clone)]
 pub struct OdeSolution {
     /// `[n, T, S]`: particle, output time (`ts[j]`), state component; tracked when the inputs are.
+    /// NaN in the rows of the particles in `failed`.
     pub states: Tensor<3>,
     /// Steps and evaluations.
     pub stats: OdeStats,
+    /// The particles the solve could not carry, each with its failure (ascending particle).
+    pub failed: Vec<(usize, OdeError)>,
+}
+
+impl OdeSolution {
+    fn new(states: Tensor<3>, stats: OdeStats, failed: Vec<Option<OdeError>>) -> Self {
+        let states = nan_rows_of_failed(states, &failed);
+        let failed = failed.into_iter().enumerate().filter_map(|(i, e)| e.map(|e| (i, e))).collect();
+        Self { states, stats, failed }
+    }
 }
 
 /// Solves `dy/dt = f(t, y, theta)` from `y(t0) = y0` for all particles with Dormand-Prince 4(5).
@@ -184,11 +199,12 @@ where
         }
     }
     let k1 = f(t0, y0.clone(), theta);
-    check_rhs(SOLVER, &k1, [n, s], t0, options)?;
+    let mut failed = vec![None; n];
+    check_rhs(SOLVER, &k1, [n, s], t0, options, &mut failed)?;
     let mut method = Dopri5 { f: &f, theta, y: y0, k1, candidate: None, options: *options, evals: 1 };
-    let (states, _, mut stats) = integrate(SOLVER, &mut method, t0, ts, options)?;
+    let (states, _, mut stats) = integrate(SOLVER, &mut method, t0, ts, options, &mut failed)?;
     stats.rhs_evals = method.evals;
-    Ok(OdeSolution { states: Tensor::stack(states, 1), stats })
+    Ok(OdeSolution::new(Tensor::stack(states, 1), stats, failed))
 }
 
 /// Solves a stiff `dy/dt = f(t, y, theta)` for all particles with the Rosenbrock 2(3) method of
@@ -211,12 +227,13 @@ where
     const SOLVER: &str = "ode_stiff";
     let [n, s] = validate(&y0, t0, ts, theta, options)?;
     let f0 = f(t0, y0.clone(), theta);
-    check_rhs(SOLVER, &f0, [n, s], t0, options)?;
+    let mut failed = vec![None; n];
+    check_rhs(SOLVER, &f0, [n, s], t0, options, &mut failed)?;
     let mut method =
         Rosenbrock23 { f: &f, theta, y: y0, f0, jacobian: None, candidate: None, options: *options, evals: 1 };
-    let (states, _, mut stats) = integrate(SOLVER, &mut method, t0, ts, options)?;
+    let (states, _, mut stats) = integrate(SOLVER, &mut method, t0, ts, options, &mut failed)?;
     stats.rhs_evals = method.evals;
-    Ok(OdeSolution { states: Tensor::stack(states, 1), stats })
+    Ok(OdeSolution::new(Tensor::stack(states, 1), stats, failed))
 }
 
 fn invalid(name: &'static str, reason: impl Into<String>) -> OdeError {
@@ -263,14 +280,24 @@ fn validate(y0: &Tensor<2>, t0: f64, ts: &[f64], theta: &Tensor<2>, o: &OdeOptio
     Ok([n, s])
 }
 
-fn check_rhs(solver: &'static str, k: &Tensor<2>, shape: [usize; 2], t0: f64, o: &OdeOptions) -> Result<(), OdeError> {
+/// `f`'s shape, and its non-finite rows at `t0` as failed particles (an error when all are).
+fn check_rhs(
+    solver: &'static str,
+    k: &Tensor<2>,
+    shape: [usize; 2],
+    t0: f64,
+    o: &OdeOptions,
+    failed: &mut [Option<OdeError>],
+) -> Result<(), OdeError> {
     if k.dims() != shape {
         return Err(invalid("f", format!("returned shape {:?}, expected {:?} (the shape of y0)", k.dims(), shape)));
     }
-    match first_nonfinite_row(k) {
-        Some(particle) => Err(OdeError::NonFinite { solver, particle, t: t0, rel_tol: o.rel_tol, abs_tol: o.abs_tol }),
-        None => Ok(()),
-    }
+    fail_nonfinite_rows(solver, k, t0, o, failed)
+}
+
+/// A host copy of a boolean tensor.
+fn host_bools<const D: usize>(x: Tensor<D, Bool>) -> Vec<bool> {
+    x.into_data().convert::<bool>().try_into_vec::<bool>().unwrap_or_default()
 }
 
 /// The first row holding a non-finite value (one host read).
@@ -330,59 +357,78 @@ trait Method {
 const INITIAL_STEP: f64 = 0.1;
 
 /// The adaptive driver: steps exactly onto every output time, one shared step size.
+///
+/// A particle the solve cannot carry (its error stays non-finite, or it alone forces the step
+/// below the time's resolution or past `max_num_steps` between two outputs) is dropped from the
+/// step-size control with its error recorded in `failed`, and its states are NaN from then on: its
+/// log density is NaN and the engines reject it, as Stan rejects a proposal whose solve fails,
+/// while the other particles go on. Only when every particle has failed is the solve an error.
 fn integrate(
     solver: &'static str,
     method: &mut impl Method,
     t0: f64,
     ts: &[f64],
     o: &OdeOptions,
+    failed: &mut [Option<OdeError>],
 ) -> Result<(Vec<Tensor<2>>, Vec<Tensor<3>>, OdeStats), OdeError> {
     let mut stats = OdeStats::default();
     let mut out = Vec::with_capacity(ts.len());
     let mut out_sensitivities = Vec::new();
     let mut t = t0;
     let mut h = INITIAL_STEP.min(ts[0] - t0);
-    let mut worst = 0;
+    let mut last_accepted = h;
+    let mut last_errs: Vec<f64> = Vec::new();
+    let (rel_tol, abs_tol) = (o.rel_tol, o.abs_tol);
     for &t_out in ts {
         let mut steps = 0;
         while t < t_out {
+            let mut failure = None;
             if steps == o.max_num_steps {
-                return Err(OdeError::MaxNumSteps {
+                let particle = worst_particle(&last_errs, failed).0;
+                failure = Some(OdeError::MaxNumSteps {
                     solver,
-                    particle: worst,
+                    particle,
                     t,
                     t_out,
                     max_num_steps: o.max_num_steps,
-                    rel_tol: o.rel_tol,
-                    abs_tol: o.abs_tol,
+                    rel_tol,
+                    abs_tol,
                 });
-            }
-            steps += 1;
-            // Land on t_out; stretch by up to 1% rather than leave a sliver (Hairer's DOPRI5).
-            let clipped = t + 1.01 * h >= t_out;
-            let h_try = if clipped { t_out - t } else { h };
-            let errs = method.attempt(t, h_try);
-            let (particle, err) = worst_particle(&errs);
-            worst = particle;
-            if err <= 1.0 {
-                method.accept();
-                stats.accepted_steps += 1;
-                t = if clipped { t_out } else { t + h_try };
-                let grown = method.grow(h_try, err);
-                h = if clipped { h.max(grown) } else { grown };
             } else {
-                stats.rejected_steps += 1;
-                // A non-finite error says nothing of the error's order: cut the step by 5.
-                h = if err.is_finite() { method.shrink(h_try, err) } else { 0.2 * h_try };
-                if h <= 16.0 * f64::EPSILON * t.abs().max(1.0) {
-                    let (rel_tol, abs_tol) = (o.rel_tol, o.abs_tol);
-                    return Err(if err.is_finite() {
-                        OdeError::StepSizeUnderflow { solver, particle, t, step: h, rel_tol, abs_tol }
-                    } else {
-                        let particle = errs.iter().position(|e| !e.is_finite()).unwrap_or(particle);
-                        OdeError::NonFinite { solver, particle, t, rel_tol, abs_tol }
-                    });
+                steps += 1;
+                // Land on t_out; stretch by up to 1% rather than leave a sliver (Hairer's DOPRI5).
+                let clipped = t + 1.01 * h >= t_out;
+                let h_try = if clipped { t_out - t } else { h };
+                last_errs = method.attempt(t, h_try);
+                let (particle, err) = worst_particle(&last_errs, failed);
+                if err <= 1.0 {
+                    method.accept();
+                    stats.accepted_steps += 1;
+                    t = if clipped { t_out } else { t + h_try };
+                    let grown = method.grow(h_try, err);
+                    h = if clipped { h.max(grown) } else { grown };
+                    last_accepted = h_try;
+                } else {
+                    stats.rejected_steps += 1;
+                    // A non-finite error says nothing of the error's order: cut the step by 5.
+                    h = if err.is_finite() { method.shrink(h_try, err) } else { 0.2 * h_try };
+                    if h <= 16.0 * f64::EPSILON * t.abs().max(1.0) {
+                        failure = Some(if err.is_finite() {
+                            OdeError::StepSizeUnderflow { solver, particle, t, step: h, rel_tol, abs_tol }
+                        } else {
+                            OdeError::NonFinite { solver, particle, t, rel_tol, abs_tol }
+                        });
+                    }
                 }
+            }
+            if let Some(error) = failure {
+                let particle = failure_particle(&error);
+                failed[particle] = Some(error.clone());
+                if failed.iter().all(Option::is_some) {
+                    return Err(error);
+                }
+                // The others go on from the last good step size, with a fresh step budget.
+                (h, steps) = (last_accepted.min(t_out - t), 0);
             }
         }
         out.push(method.state());
@@ -391,12 +437,63 @@ fn integrate(
     Ok((out, out_sensitivities, stats))
 }
 
-/// The particle with the largest error norm (the first non-finite one if any) and that norm.
-fn worst_particle(errs: &[f64]) -> (usize, f64) {
-    if let Some(i) = errs.iter().position(|e| !e.is_finite()) {
+/// The live particle with the largest error norm (the first non-finite one if any) and that
+/// norm; failed particles take no part.
+fn worst_particle(errs: &[f64], failed: &[Option<OdeError>]) -> (usize, f64) {
+    let mut live = (0..errs.len()).filter(|&i| failed.get(i).is_none_or(Option::is_none));
+    let mut worst = (live.clone().next().unwrap_or(0), 0.0);
+    if let Some(i) = live.clone().find(|&i| !errs[i].is_finite()) {
         return (i, f64::INFINITY);
     }
-    errs.iter().enumerate().fold((0, 0.0), |(bi, be), (i, &e)| if e > be { (i, e) } else { (bi, be) })
+    for i in live.by_ref() {
+        if errs[i] > worst.1 {
+            worst = (i, errs[i]);
+        }
+    }
+    worst
+}
+
+/// The particle a numerical failure names.
+fn failure_particle(error: &OdeError) -> usize {
+    match error {
+        OdeError::StepSizeUnderflow { particle, .. }
+        | OdeError::MaxNumSteps { particle, .. }
+        | OdeError::NonFinite { particle, .. } => *particle,
+        OdeError::InvalidArgument { .. } => 0,
+    }
+}
+
+/// The failed particles' rows of `[n, T, S]` states set to NaN.
+fn nan_rows_of_failed(states: Tensor<3>, failed: &[Option<OdeError>]) -> Tensor<3> {
+    if failed.iter().all(Option::is_none) {
+        return states;
+    }
+    let [n, t, s] = states.dims();
+    let flags: Vec<bool> = failed.iter().map(Option::is_some).collect();
+    let mask = Tensor::<3, Bool>::from_data(TensorData::new(flags, [n, 1, 1]), &states.device()).expand([n, t, s]);
+    states.mask_fill(mask, f64::NAN)
+}
+
+/// The rows of the derivative at `t0` that are not finite, as failures (each particle's first).
+fn fail_nonfinite_rows(
+    solver: &'static str,
+    k: &Tensor<2>,
+    t0: f64,
+    o: &OdeOptions,
+    failed: &mut [Option<OdeError>],
+) -> Result<(), OdeError> {
+    let [_, s] = k.dims();
+    let finite = host_bools(k.clone().without_autodiff().is_finite());
+    for (row, cells) in finite.chunks(s).enumerate() {
+        if cells.iter().any(|ok| !ok) && failed[row].is_none() {
+            failed[row] =
+                Some(OdeError::NonFinite { solver, particle: row, t: t0, rel_tol: o.rel_tol, abs_tol: o.abs_tol });
+        }
+    }
+    match failed.iter().position(Option::is_some) {
+        Some(first) if failed.iter().all(Option::is_some) => Err(failed[first].clone().expect("some")),
+        _ => Ok(()),
+    }
 }
 
 // Dormand & Prince (1980), "A family of embedded Runge-Kutta formulae", J. Comp. Appl. Math. 6,
@@ -564,8 +661,9 @@ where
         evals: 0,
     };
     method.k1 = method.derivatives(t0, y, &z);
-    check_rhs(SOLVER, &method.k1.0, [n, s], t0, options)?;
-    let (states, sensitivities, mut stats) = integrate(SOLVER, &mut method, t0, ts, options)?;
+    let mut failed = vec![None; n];
+    check_rhs(SOLVER, &method.k1.0, [n, s], t0, options, &mut failed)?;
+    let (states, sensitivities, mut stats) = integrate(SOLVER, &mut method, t0, ts, options, &mut failed)?;
     stats.rhs_evals = method.evals;
     let t_len = ts.len();
     let states = Tensor::stack::<3>(states, 1); // [n, T, S]
@@ -583,7 +681,7 @@ where
     // with respect to u is Z.
     let du = u.clone() - u.detach();
     let linear = sensitivities.reshape([n, t_len * s, q]).autodiff().matmul(du.unsqueeze_dim::<3>(2));
-    Ok(OdeSolution { states: states.autodiff() + linear.reshape([n, t_len, s]), stats })
+    Ok(OdeSolution::new(states.autodiff() + linear.reshape([n, t_len, s]), stats, failed))
 }
 
 /// `f(t, y, theta)` `[n, S]` with `J_y = df/dy` `[n, S, S]` and, where theta is differentiated,

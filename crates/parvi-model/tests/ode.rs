@@ -302,11 +302,26 @@ fn stiff_problem_matches_closed_form_values_and_gradients() {
         assert!((g_lambda[p] - dl).abs() < 1e-4 * (1.0 + dl.abs()), "lambda {l}: d/dlambda {} vs {dl}", g_lambda[p]);
         assert!((g_y0[p] - dy0).abs() < 1e-4, "lambda {l}: d/dy0 {} vs {dy0}", g_y0[p]);
     }
-    // rk45 on the same batch needs a step below 3.3 / lambda for stability: its limit is hit.
+    // rk45 on the same batch needs a step below 3.3 / lambda for stability: the stiffest
+    // particles hit its limit and are dropped (NaN), the stiffest first; the mild ones are solved.
     let (y0, lambda) =
         (tensor(y0s.to_vec(), [4, 1], DType::F64, &device), tensor(lambdas.to_vec(), [4, 1], DType::F64, &device));
-    let err = ode_rk45(stiff_rhs, y0, 0.0, &ts, &lambda, &OdeOptions::new(1e-7, 1e-9, 2000)).unwrap_err();
-    assert!(matches!(err, OdeError::MaxNumSteps { particle: 3, .. }), "{err}");
+    let sol = ode_rk45(stiff_rhs, y0, 0.0, &ts, &lambda, &OdeOptions::new(1e-7, 1e-9, 2000)).unwrap();
+    let failed: Vec<usize> = sol.failed.iter().map(|(p, _)| *p).collect();
+    assert!(failed.contains(&3), "{:?}", sol.failed);
+    assert!(sol.failed.iter().all(|(_, e)| matches!(e, OdeError::MaxNumSteps { .. })), "{:?}", sol.failed);
+    let t_len = ts.len();
+    let v = host(&sol.states);
+    for p in 0..4 {
+        let row = &v[p * t_len..(p + 1) * t_len];
+        if failed.contains(&p) {
+            assert!(row.iter().all(|x| x.is_nan()), "particle {p}: {row:?}");
+        } else {
+            let value: f64 = row.iter().sum();
+            let exact: f64 = ts.iter().map(|&t| stiff_exact(lambdas[p], y0s[p], t).0).sum();
+            assert!((value - exact).abs() < 1e-5, "particle {p}: {value} vs {exact}");
+        }
+    }
 }
 
 /// Robertson's chemical kinetics (Hairer & Wanner, Solving ODEs II, section IV.1), rates in theta.
@@ -380,35 +395,69 @@ fn bad_arguments_are_errors_naming_the_argument() {
     }
 }
 
+/// The one failure of a solve's `failed` list, for `particle`.
+fn only_failure(sol: &parvi_model::ode::OdeSolution, particle: usize) -> OdeError {
+    assert_eq!(sol.failed.len(), 1, "{:?}", sol.failed);
+    assert_eq!(sol.failed[0].0, particle, "{:?}", sol.failed);
+    sol.failed[0].1.clone()
+}
+
+/// Row `particle` of the states is NaN, every other row finite.
+fn assert_nan_row_only(sol: &parvi_model::ode::OdeSolution, particle: usize) {
+    let [n, t, s] = sol.states.dims();
+    let v = host(&sol.states);
+    for p in 0..n {
+        let row = &v[p * t * s..(p + 1) * t * s];
+        if p == particle {
+            assert!(row.iter().all(|x| x.is_nan()), "particle {p}: {row:?}");
+        } else {
+            assert!(row.iter().all(|x| x.is_finite()), "particle {p}: {row:?}");
+        }
+    }
+}
+
 #[test]
-fn numerical_failures_name_the_particle_time_and_tolerances() {
+fn numerical_failures_are_per_particle_and_name_the_particle_time_and_tolerances() {
     let device = flex();
     let opts = OdeOptions::default();
-    // A right-hand side that is NaN at the start for particle 2.
+    // A right-hand side that is NaN at the start for particle 2: the others are solved.
     let theta = tensor(vec![1.0, 1.0, -1.0], [3, 1], DType::F64, &device);
     let y0 = || tensor(vec![1.0, 1.0, 1.0], [3, 1], DType::F64, &device);
     let sqrt_rhs = |_t: f64, y: Tensor<2>, th: &Tensor<2>| -(y * th.clone().sqrt());
     for solve in [ode_rk45::<fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>>, ode_stiff] {
-        let err = solve(sqrt_rhs, y0(), 0.0, &[1.0], &theta, &opts).unwrap_err();
+        let sol = solve(sqrt_rhs, y0(), 0.0, &[1.0], &theta, &opts).unwrap();
+        let err = only_failure(&sol, 2);
         assert!(matches!(err, OdeError::NonFinite { particle: 2, t: 0.0, .. }), "{err}");
-        // A right-hand side that turns NaN for particle 1 once t passes 0.5: the solver cannot get past.
+        assert_nan_row_only(&sol, 2);
+        // exp(-1) for the others, to the tolerance (ode_stiff is second order).
+        let v = host(&sol.states);
+        assert!((v[0] - (-1f64).exp()).abs() < 1e-4 && (v[1] - (-1f64).exp()).abs() < 1e-4, "{v:?}");
+        // A right-hand side that turns NaN for particle 1 once t passes 0.5: it stops there.
         let cutoff = tensor(vec![5.0, 0.5, 5.0], [3, 1], DType::F64, &device);
         let edge = |t: f64, y: Tensor<2>, th: &Tensor<2>| -(y * th.clone().sub_scalar(t).sqrt());
-        let err = solve(edge, y0(), 0.0, &[1.0], &cutoff, &opts).unwrap_err();
+        let sol = solve(edge, y0(), 0.0, &[1.0], &cutoff, &opts).unwrap();
+        let err = only_failure(&sol, 1);
         let message = err.to_string();
         match err {
             OdeError::NonFinite { particle, t, .. } | OdeError::StepSizeUnderflow { particle, t, .. } => {
                 assert_eq!(particle, 1, "{message}");
                 assert!((0.4..=0.5).contains(&t), "{message}");
             }
-            other => panic!("expected a non-finite or underflow error, got {other}"),
+            other => panic!("expected a non-finite or underflow failure, got {other}"),
         }
         assert!(message.contains("particle 1") && message.contains("rel_tol 1e-6"), "{message}");
+        assert_nan_row_only(&sol, 1);
+        // Every particle failing is the solve's error.
+        let all_bad = tensor(vec![-1.0, -2.0, -3.0], [3, 1], DType::F64, &device);
+        let err = solve(sqrt_rhs, y0(), 0.0, &[1.0], &all_bad, &opts).unwrap_err();
+        assert!(matches!(err, OdeError::NonFinite { t: 0.0, .. }), "{err}");
     }
-    // y' = y^2 blows up at t = 1 / y0: particle 1 (y0 = 1) stops the solve before t = 1.
+    // y' = y^2 blows up at t = 1 / y0: particle 1 (y0 = 1) fails before t = 1, the others
+    // (blowing up at t = 10 and 5) reach t = 2 as 1 / (1 / y0 - t).
     let blow = |_t: f64, y: Tensor<2>, _th: &Tensor<2>| y.square();
     let y0 = tensor(vec![0.1, 1.0, 0.2], [3, 1], DType::F64, &device);
-    let err = ode_rk45(blow, y0, 0.0, &[2.0], &theta, &opts).unwrap_err();
+    let sol = ode_rk45(blow, y0, 0.0, &[2.0], &theta, &opts).unwrap();
+    let err = only_failure(&sol, 1);
     let message = err.to_string();
     match err {
         OdeError::NonFinite { particle, t, .. }
@@ -419,17 +468,26 @@ fn numerical_failures_name_the_particle_time_and_tolerances() {
         }
         other => panic!("unexpected {other}"),
     }
-    // max_num_steps between two output times.
+    let v = host(&sol.states);
+    assert!((v[0] - 1.0 / 8.0).abs() < 1e-5 && (v[2] - 1.0 / 3.0).abs() < 1e-5, "{v:?}");
+    // max_num_steps between two output times: the faster oscillator (particle 1) is dropped
+    // first, then the other, and a solve where all fail is the error.
     let omega = tensor(vec![1.0, 2.0], [2, 1], DType::F64, &device);
     let start = tensor(vec![1.0, 0.0, 0.0, 1.0], [2, 2], DType::F64, &device);
     let err = ode_rk45(oscillator, start, 0.0, &[1.0, 10.0], &omega, &OdeOptions::new(1e-8, 1e-8, 20)).unwrap_err();
     let message = err.to_string();
     match err {
-        OdeError::MaxNumSteps { t, t_out, max_num_steps, particle, .. } => {
-            assert!(t < t_out && max_num_steps == 20 && particle == 1, "{message}");
+        OdeError::MaxNumSteps { t, t_out, max_num_steps, .. } => {
+            assert!(t < t_out && max_num_steps == 20, "{message}");
             assert!(message.contains("max_num_steps = 20") && message.contains("rel_tol 1e-8"), "{message}");
         }
         other => panic!("expected max_num_steps, got {other}"),
+    }
+    // With a budget the slow one meets, only the fast one fails.
+    let start = tensor(vec![1.0, 0.0, 0.0, 1.0], [2, 2], DType::F64, &device);
+    let sol = ode_rk45(oscillator, start, 0.0, &[1.0, 10.0], &omega, &OdeOptions::new(1e-8, 1e-8, 300)).unwrap();
+    if !sol.failed.is_empty() {
+        assert!(matches!(only_failure(&sol, 1), OdeError::MaxNumSteps { particle: 1, .. }));
     }
     // The error converts into the DSL's ModelError.
     let model: parvi_model::ModelError = OdeError::InvalidArgument { name: "ts", reason: "x".into() }.into();
