@@ -16,7 +16,7 @@
 //! autodiff scores, all `2 dim` points in one call, each coordinate's step half its Laplace
 //! standard deviation (exact for a Gaussian, robust to `f32` noise).
 
-use burn::tensor::{Device, Tensor};
+use burn::tensor::{Bool, Device, Tensor, TensorData};
 use parvi_model::linalg::host::Cholesky;
 use parvi_model::tensor_ops::{matrix_from_vec, to_vec_f64};
 use parvi_model::{LogDensity, Minibatch, score};
@@ -33,7 +33,8 @@ pub struct LaplaceConfig {
     pub starts: usize,
     /// The spread of the starts.
     pub start_std: f64,
-    /// Adam iterations from every start, the step size decaying from `lr` to `lr / 1000`.
+    /// Adam iterations from every start at most (it stops once every start has settled), the
+    /// step size decaying from `lr` to `lr / 1000` over them.
     pub adam_steps: usize,
     /// Adam's initial step size.
     pub lr: f64,
@@ -75,6 +76,26 @@ pub struct Laplace {
     #[serde(default)]
     pub evidence_drop: f64,
 }
+
+/// Adam steps between two looks at the starts' log densities.
+const ADAM_LOOK: usize = 50;
+
+/// The mode search's Adam phase stops once no finite start's log density has moved more than
+/// this many nats over [`ADAM_LOOK`] steps (Newton's steps finish the best start).
+const ADAM_SETTLED_NATS: f64 = 0.01;
+
+/// The mode search's Adam phase also stops once the best start's log density rose less than this
+/// over [`ADAM_LOOK`] steps.
+const ADAM_CRAWL_NATS: f64 = 0.5;
+
+/// The largest finite value (`-inf` if none).
+fn finite_max(v: &[f64]) -> f64 {
+    v.iter().copied().filter(|x| x.is_finite()).fold(f64::NEG_INFINITY, f64::max)
+}
+
+/// Adam steps before the search may stop (the step size's warm start and the runaway check's
+/// path need some).
+const ADAM_MIN_STEPS: usize = 300;
 
 /// A Laplace evidence at the mode this many nats below that at a point of the search's path
 /// means the search ran away from the posterior's mass: down a funnel's neck, where the density
@@ -144,12 +165,45 @@ impl Laplace {
         // The search's path, at 8 points, for the runaway check.
         let every = (config.adam_steps / 8).max(1);
         let mut path: Vec<Tensor<2>> = Vec::new();
+        let mut looked: Option<Vec<f64>> = None;
         for step in 0..config.adam_steps {
             if step % every == 0 {
                 path.push(x.clone());
             }
             let s = score(model, x.clone(), None)?;
             evals += config.starts;
+            let lp = to_vec_f64(&s.log_prob);
+            // Every start settled: Newton takes it from here. An ODE model's score costs a solve
+            // per start, and its 2,000 Adam steps were most of a Lotka-Volterra fit.
+            if step > 0 && step % ADAM_LOOK == 0 {
+                let settled = looked.as_ref().is_some_and(|before| {
+                    let all = lp
+                        .iter()
+                        .zip(before)
+                        .all(|(now, then)| !now.is_finite() || (now - then).abs() < ADAM_SETTLED_NATS);
+                    // The best start's climb has slowed to a crawl (Adam's decayed step): Newton
+                    // finishes it in a few steps; a start still climbing far below it is no mode
+                    // yet (the stationarity test of `other_modes` leaves it out either way).
+                    let best = finite_max(&lp);
+                    let best_before = finite_max(before);
+                    all || (best - best_before) < ADAM_CRAWL_NATS
+                });
+                if settled && step >= ADAM_MIN_STEPS {
+                    break;
+                }
+                looked = Some(lp.clone());
+            }
+            // A start whose log density went non-finite (an ODE its parameters break) is moved to
+            // the best start: left in place it would cost a failing solve at every step.
+            let best = lp.iter().enumerate().filter(|(_, v)| v.is_finite()).max_by(|a, b| a.1.total_cmp(b.1));
+            if let (Some((best, _)), true) = (best, lp.iter().any(|v| !v.is_finite())) {
+                let dead: Vec<bool> = lp.iter().map(|v| !v.is_finite()).collect();
+                let mask = Tensor::<2, Bool>::from_data(TensorData::new(dead, [config.starts, 1]), &x.device())
+                    .expand([config.starts, dim]);
+                let best_row = x.clone().narrow(0, best, 1).expand([config.starts, dim]);
+                x = x.mask_where(mask, best_row);
+                continue;
+            }
             // A coordinate whose score went non-finite stays put; such a start loses at the end.
             let g = s.grad.clone().mask_fill(s.grad.is_finite().bool_not(), 0.0);
             x = x + adam.delta(g);
