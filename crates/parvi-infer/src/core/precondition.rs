@@ -84,9 +84,13 @@ const ADAM_LOOK: usize = 50;
 /// this many nats over [`ADAM_LOOK`] steps (Newton's steps finish the best start).
 const ADAM_SETTLED_NATS: f64 = 0.01;
 
-/// The mode search's Adam phase also stops once the best start's log density rose less than this
-/// over [`ADAM_LOOK`] steps.
+/// The mode search's Adam phase also stops, after [`ADAM_CRAWL_AFTER`] steps, once the best
+/// start's log density rose less than this over [`ADAM_LOOK`] steps.
 const ADAM_CRAWL_NATS: f64 = 0.5;
+
+/// Adam steps before the crawl rule applies: earlier (300) it left gp_pois_regr's Newton a start
+/// from which the whitening was poor and the polish step's chains did not mix (R-hat 1.40).
+const ADAM_CRAWL_AFTER: usize = 1000;
 
 /// The largest finite value (`-inf` if none).
 fn finite_max(v: &[f64]) -> f64 {
@@ -186,7 +190,7 @@ impl Laplace {
                     // yet (the stationarity test of `other_modes` leaves it out either way).
                     let best = finite_max(&lp);
                     let best_before = finite_max(before);
-                    all || (best - best_before) < ADAM_CRAWL_NATS
+                    all || (step >= ADAM_CRAWL_AFTER && best - best_before < ADAM_CRAWL_NATS)
                 });
                 if settled && step >= ADAM_MIN_STEPS {
                     break;
