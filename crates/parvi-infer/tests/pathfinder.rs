@@ -197,8 +197,8 @@ fn svgd() -> parvi_infer::EngineSpec {
     EngineSpec::new(MethodConfig::default_for("svgd").unwrap(), KernelConfig::default(), AdapterConfig::default())
 }
 
-/// The funnel through `fit`: the Laplace search runs down the neck (mode `v = -40.5`, the z
-/// sds there 1.6e-9) and Pathfinder's k-hat is above 0.7, so both are refused, each with a
+/// The funnel through `fit`: the Laplace search runs down the neck (mode `v = -27` to `-41` as
+/// its stopping rule goes, the z sds there 1e-6 to 1e-9) and Pathfinder's k-hat is above 0.7, so both are refused, each with a
 /// warning that says why, and the run starts unpreconditioned. Before this check every engine
 /// ended near `v = -36`; now SVGD ends within a few units of the truth (and is still flagged).
 #[test]
@@ -208,7 +208,9 @@ fn fit_refuses_a_runaway_search_on_the_funnel() {
     let device = flex();
     let funnel = Funnel { k: 9 };
     let laplace = Laplace::fit(&funnel, &LaplaceConfig::default(), &mut EngineRng::new(0), &device).unwrap();
-    assert!(laplace.mode[0] < -35.0 && laplace.evidence_drop > RUNAWAY_NATS, "{laplace:?}");
+    // Down the neck (v ~ N(0, 3): -20 is past 6 sd; Adam stops there once its climb slows,
+    // Newton goes on down) and refused for it.
+    assert!(laplace.mode[0] < -20.0 && laplace.evidence_drop > RUNAWAY_NATS, "{laplace:?}");
     assert!(laplace.runaway().unwrap().contains("ran away"));
     for precondition in [Precondition::Laplace, Precondition::Pathfinder] {
         let config = FitConfig { precondition, steps: 500, check_steps: 0, polish: None, ..Default::default() };

@@ -84,23 +84,40 @@ const ADAM_LOOK: usize = 50;
 /// this many nats over [`ADAM_LOOK`] steps (Newton's steps finish the best start).
 const ADAM_SETTLED_NATS: f64 = 0.01;
 
-/// The mode search's Adam phase also stops, after [`ADAM_CRAWL_AFTER`] steps, once the best
-/// start's log density rose less than this over [`ADAM_LOOK`] steps.
+/// The mode search's Adam phase also stops once the best start's log density rose less than this
+/// over [`ADAM_LOOK`] steps.
 const ADAM_CRAWL_NATS: f64 = 0.5;
-
-/// Adam steps before the crawl rule applies: earlier (300) it left gp_pois_regr's Newton a start
-/// from which the whitening was poor and the polish step's chains did not mix (R-hat 1.40).
-const ADAM_CRAWL_AFTER: usize = 1000;
 
 /// The largest finite value (`-inf` if none).
 fn finite_max(v: &[f64]) -> f64 {
     v.iter().copied().filter(|x| x.is_finite()).fold(f64::NEG_INFINITY, f64::max)
 }
 
-/// Adam steps before the search may stop (the step size's warm start and the runaway check's
-/// path need some).
-const ADAM_MIN_STEPS: usize = 300;
+/// A start further below the best at a look than this, and than [`ADAM_HOPELESS_SPREAD`] times
+/// the best's lead over the median start, is moved to the best start (see `Laplace::fit`): an
+/// outlier among the starts, not one of a set still spread out (an unscaled regression's starts
+/// lie thousands of nats apart for hundreds of steps, and the best of them early is not the
+/// one that ends nearest the mode).
+const ADAM_HOPELESS_NATS: f64 = 250.0;
 
+/// See [`ADAM_HOPELESS_NATS`].
+const ADAM_HOPELESS_SPREAD: f64 = 10.0;
+
+/// The median of the finite values (`-inf` if none).
+fn finite_median(v: &[f64]) -> f64 {
+    let mut finite: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    if finite.is_empty() {
+        return f64::NEG_INFINITY;
+    }
+    finite.sort_by(f64::total_cmp);
+    finite[finite.len() / 2]
+}
+
+/// Adam steps before the search may stop: half the default budget. Earlier (300 steps) the
+/// stop left Newton a start it could not finish on sblrc (an ill-conditioned regression whose
+/// starts crawl by less than 0.01 nats per 50 steps far from the mode) and a whitening on
+/// gp_pois_regr from which the polish step's chains did not mix (R-hat 1.40).
+const ADAM_MIN_STEPS: usize = 1000;
 /// A Laplace evidence at the mode this many nats below that at a point of the search's path
 /// means the search ran away from the posterior's mass: down a funnel's neck, where the density
 /// rises without bound while the volume around it shrinks faster. For a Gaussian the evidence
@@ -190,7 +207,7 @@ impl Laplace {
                     // yet (the stationarity test of `other_modes` leaves it out either way).
                     let best = finite_max(&lp);
                     let best_before = finite_max(before);
-                    all || (step >= ADAM_CRAWL_AFTER && best - best_before < ADAM_CRAWL_NATS)
+                    all || best - best_before < ADAM_CRAWL_NATS
                 });
                 if settled && step >= ADAM_MIN_STEPS {
                     break;
@@ -198,10 +215,19 @@ impl Laplace {
                 looked = Some(lp.clone());
             }
             // A start whose log density went non-finite (an ODE its parameters break) is moved to
-            // the best start: left in place it would cost a failing solve at every step.
+            // the best start: left in place it would cost a failing solve at every step. So is,
+            // at a look, a start [`ADAM_HOPELESS_NATS`] below the best: where the parameters are
+            // that wrong an ODE's solve takes the most steps, and its mode, if it climbs to one,
+            // would hold a negligible share of the mass.
             let best = lp.iter().enumerate().filter(|(_, v)| v.is_finite()).max_by(|a, b| a.1.total_cmp(b.1));
-            if let (Some((best, _)), true) = (best, lp.iter().any(|v| !v.is_finite())) {
-                let dead: Vec<bool> = lp.iter().map(|v| !v.is_finite()).collect();
+            let look = step > 0 && step % ADAM_LOOK == 0;
+            let gap = match best {
+                Some((_, &b)) => ADAM_HOPELESS_NATS.max(ADAM_HOPELESS_SPREAD * (b - finite_median(&lp))),
+                None => f64::INFINITY,
+            };
+            let hopeless = |v: f64| !v.is_finite() || (look && best.is_some_and(|(_, b)| v < b - gap));
+            if let (Some((best, _)), true) = (best, lp.iter().any(|&v| hopeless(v))) {
+                let dead: Vec<bool> = lp.iter().map(|&v| hopeless(v)).collect();
                 let mask = Tensor::<2, Bool>::from_data(TensorData::new(dead, [config.starts, 1]), &x.device())
                     .expand([config.starts, dim]);
                 let best_row = x.clone().narrow(0, best, 1).expand([config.starts, dim]);
