@@ -26,6 +26,7 @@ use parvi_model::LogDensity;
 use parvi_model::burn::tensor::{Device, Tensor};
 use parvi_model::program::{Compiled, Program};
 use parvi_model::tensor_ops::{matrix_from_vec, to_vec_f64};
+use parvi_models::stan_data::StanData;
 use parvi_models::stan_users::{
     ChangePoint, ChangePointData, ItemResponse2pl, ItemResponseData, MultiLogit, MultiLogitData,
     OrderedLogisticRegression, OrdinalData, StochasticVolatility, StochasticVolatilityData, TrueValues,
@@ -495,4 +496,24 @@ fn bad_data_is_an_error_naming_the_field() {
     assert!(message.contains("`y`"), "{message}");
     let message = err(MultiLogit::new(MultiLogitData { k: 3, d: 1, y: vec![0], x: vec![1.0] }, &device).unwrap_err());
     assert!(message.contains("`y`") && message.contains("1..=3"), "{message}");
+}
+
+#[test]
+fn stan_json_data_reads_as_the_data_block_declares() {
+    let device = flex();
+    let text = r#"{"I": 2, "J": 3, "N": 4, "ii": [1, 2, 2, 1], "jj": [1, 1, 3, 2], "y": [0, 1, 1, 0]}"#;
+    let model = ItemResponse2pl::from_stan_data(&StanData::parse(text, "irt.json").unwrap(), &device).unwrap();
+    let expected =
+        ItemResponseData { items: 2, persons: 3, ii: vec![1, 2, 2, 1], jj: vec![1, 1, 3, 2], y: vec![0, 1, 1, 0] };
+    assert_eq!(model.data(), &expected);
+    // A person index above J, and a y of the wrong length, named with the field.
+    let bad = r#"{"I": 2, "J": 3, "N": 2, "ii": [1, 2], "jj": [1, 4], "y": [0, 1]}"#;
+    let message =
+        ItemResponse2pl::from_stan_data(&StanData::parse(bad, "irt.json").unwrap(), &device).unwrap_err().to_string();
+    assert!(message.contains("jj") && message.contains("J = 3"), "{message}");
+    let sv = StanData::parse(r#"{"T": 3, "y": [0.1, -0.2, 0.3]}"#, "sv.json").unwrap();
+    assert_eq!(StochasticVolatility::from_stan_data(&sv, &device).unwrap().data().y, vec![0.1, -0.2, 0.3]);
+    let sv = StanData::parse(r#"{"T": 3, "y": [0.1, -0.2]}"#, "sv.json").unwrap();
+    let message = StochasticVolatility::from_stan_data(&sv, &device).unwrap_err().to_string();
+    assert!(message.contains("`y`") && message.contains("T = 3"), "{message}");
 }

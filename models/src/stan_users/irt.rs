@@ -43,7 +43,9 @@ use parvi_model::index::IndexArray;
 use parvi_model::program::{Program, Target, Vars};
 use parvi_model::{ModelError, ParamLayout};
 
-use super::{TrueValues, check_int_range, check_len, int_row, invalid, rng, std_normal, uniform};
+use crate::stan_data::StanData;
+
+use super::{StanUsersDataError, TrueValues, check_int_range, check_len, int_row, invalid, rng, std_normal, uniform};
 
 const MODEL: &str = "ItemResponse2pl";
 
@@ -95,6 +97,20 @@ impl ItemResponse2pl {
         let person = IndexArray::from_stan("jj", &data.jj, data.persons, device)?;
         let likelihood = BernoulliLogit::new(int_row(&data.y, device))?;
         Ok(Self { data, item, person, likelihood })
+    }
+
+    /// Reads the data block from a Stan JSON data file (`I`, `J`, `N`, `ii`, `jj`, `y`, with the
+    /// bounds the Stan program declares).
+    pub fn from_stan_data(data: &StanData, device: &Device) -> Result<Self, StanUsersDataError> {
+        let (items, persons) = (data.size("I")?, data.size("J")?);
+        let data = ItemResponseData {
+            items,
+            persons,
+            ii: data.ints("ii", "N")?.lower(1)?.upper_field("I")?.into_vec(),
+            jj: data.ints("jj", "N")?.lower(1)?.upper_field("J")?.into_vec(),
+            y: data.ints("y", "N")?.lower(0)?.upper(1)?.into_vec(),
+        };
+        Ok(Self::new(data, device)?)
     }
 
     /// Every one of `persons` answering every one of `items`, drawn from `mu_beta = 0.5`,

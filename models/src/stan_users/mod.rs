@@ -18,7 +18,9 @@
 //! arrays 1-based; a constructor checks every field once and names the one at fault
 //! (`ModelError::InvalidParameter` with the model as `dist` and the field as `name`). Each
 //! `simulate` documents its true parameters and returns them under Stan's output names
-//! ([`TrueValues`]), the names `Compiled::names` reports.
+//! ([`TrueValues`]), the names `Compiled::names` reports. [`ItemResponse2pl`] and
+//! [`StochasticVolatility`] also read Stan's JSON data (`from_stan_data`), the fields named as in
+//! their Stan programs.
 //!
 //! [`Program`]: parvi_model::program::Program
 
@@ -42,6 +44,9 @@ pub use zero_inflated::{ZeroInflatedData, ZeroInflatedPoisson};
 
 use burn::tensor::{Device, Tensor, TensorData};
 use parvi_model::ModelError;
+use thiserror::Error;
+
+use crate::stan_data::StanDataError;
 use rand::SeedableRng;
 use rand_distr::Distribution;
 
@@ -73,6 +78,18 @@ impl TrueValues {
     pub fn iter(&self) -> impl Iterator<Item = (&str, f64)> {
         self.values.iter().map(|(n, v)| (n.as_str(), *v))
     }
+}
+
+/// Why a model could not be built from a Stan JSON data file: the file's own error (a missing
+/// field, a value outside its declared bounds), or the model's check of the values.
+#[derive(Debug, Error)]
+pub enum StanUsersDataError {
+    /// The data file, as `stan_data` reads it.
+    #[error(transparent)]
+    Data(#[from] StanDataError),
+    /// The model's own checks.
+    #[error(transparent)]
+    Model(#[from] ModelError),
 }
 
 /// A data error naming the model and the field.

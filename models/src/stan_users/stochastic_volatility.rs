@@ -39,7 +39,9 @@ use parvi_model::program::{Program, Target, Vars};
 use parvi_model::scan::linear_scan;
 use parvi_model::{ModelError, ParamLayout};
 
-use super::{TrueValues, check_finite, invalid, matrix, rng, std_normal};
+use crate::stan_data::StanData;
+
+use super::{StanUsersDataError, TrueValues, check_finite, invalid, matrix, rng, std_normal};
 
 const MODEL: &str = "StochasticVolatility";
 
@@ -67,6 +69,12 @@ impl StochasticVolatility {
         check_finite(MODEL, "y", &data.y)?;
         let y = matrix(&data.y, 1, data.y.len(), device);
         Ok(Self { data, y })
+    }
+
+    /// Reads the data block from a Stan JSON data file (`T`, `y`).
+    pub fn from_stan_data(data: &StanData, device: &Device) -> Result<Self, StanUsersDataError> {
+        let y = data.vector("y", "T")?.finite()?.into_vec();
+        Ok(Self::new(StochasticVolatilityData { y }, device)?)
     }
 
     /// `periods` returns drawn from `mu = -1`, `phi = 0.95`, `sigma = 0.25` (`h[1]` from the
