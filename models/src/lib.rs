@@ -18,6 +18,7 @@ pub mod predictive;
 pub mod rbm;
 pub mod regression;
 pub mod stan_data;
+pub mod stan_users;
 pub mod unit_mixture;
 
 pub use banana::Banana;
