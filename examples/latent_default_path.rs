@@ -1,0 +1,89 @@
+//! Issue 45's latent-variable acceptance: the default path (`fit` with every default) on the
+//! two-parameter item-response model and the non-centred stochastic-volatility model of
+//! `parvi_models::stan_users` (simulated data), against NUTS through the same density (4 chains
+//! x (1,000 + 1,000)) as the reference: the largest error of a reported quantity's mean in NUTS
+//! sds, the largest |sd ratio - 1|, and the wall seconds of each.
+//!
+//! ```sh
+//! cargo run --release --workspace --features wgpu,mpi --example latent_default_path
+//! ```
+
+use std::time::Instant;
+
+use parvi_infer::engines::{NutsConfig, nuts};
+use parvi_infer::{AdapterConfig, EngineRng, EngineSpec, FitConfig, KernelConfig, MethodConfig, fit_reported};
+use parvi_model::BackendKind;
+use parvi_model::burn::tensor::{Device, Tensor};
+use parvi_model::program::{Compiled, Program};
+use parvi_model::tensor_ops::{matrix_from_vec, to_vec_f64};
+use parvi_models::stan_users::{ItemResponse2pl, StochasticVolatility};
+
+/// Per reported quantity: mean and sd over the rows of `[rows, width]` values.
+fn moments(values: &[f64], width: usize) -> (Vec<f64>, Vec<f64>) {
+    let rows = values.len() / width;
+    let mean: Vec<f64> =
+        (0..width).map(|j| (0..rows).map(|r| values[r * width + j]).sum::<f64>() / rows as f64).collect();
+    let sd = (0..width)
+        .map(|j| {
+            let ss: f64 = (0..rows).map(|r| (values[r * width + j] - mean[j]).powi(2)).sum();
+            (ss / (rows as f64 - 1.0)).sqrt()
+        })
+        .collect();
+    (mean, sd)
+}
+
+fn compare<P: Program>(label: &str, model: &Compiled<P>, device: &Device) {
+    let names = model.names().to_vec();
+    let width = names.len();
+    let reported = |x: Tensor<2>| model.reported(x).expect("reported quantities");
+
+    let started = Instant::now();
+    let config = NutsConfig { warmup: 1000, draws: 1000, ..NutsConfig::default() };
+    let run = nuts(model, &config, None, &mut EngineRng::new(1), device).expect("nuts");
+    let nuts_seconds = started.elapsed().as_secs_f64();
+    let rows = run.draws.len() / run.dim;
+    let positions = matrix_from_vec(run.draws.iter().map(|&v| v as f32).collect(), rows, run.dim, device);
+    let (ref_mean, ref_sd) = moments(&to_vec_f64(&reported(positions)), width);
+
+    let started = Instant::now();
+    let spec =
+        EngineSpec::new(MethodConfig::default_for("svgd").unwrap(), KernelConfig::default(), AdapterConfig::default());
+    let config = FitConfig { progress: false, ..FitConfig::default() };
+    let result = fit_reported(model, Some(&reported), &spec, &config, &mut [], device).expect("fit");
+    let fit_seconds = started.elapsed().as_secs_f64();
+    let (mean, sd) = moments(&to_vec_f64(&reported(result.draws.positions.clone())), width);
+
+    let (mut worst_mean, mut worst_mean_at) = (0.0f64, 0);
+    let (mut worst_sd, mut worst_sd_at) = (0.0f64, 0);
+    for j in 0..width {
+        let e = (mean[j] - ref_mean[j]).abs() / ref_sd[j];
+        let r = (sd[j] / ref_sd[j] - 1.0).abs();
+        if e > worst_mean {
+            (worst_mean, worst_mean_at) = (e, j);
+        }
+        if r > worst_sd {
+            (worst_sd, worst_sd_at) = (r, j);
+        }
+    }
+    let polish = result.diagnostics.polish.as_ref().map(|p| format!("{p:?}")).unwrap_or_default();
+    println!(
+        "{label}: {} quantities; default path {fit_seconds:.1} s, NUTS {nuts_seconds:.1} s; \
+         max |mean error| {worst_mean:.3} NUTS sd ({}), max |sd ratio - 1| {worst_sd:.3} ({}); {}",
+        width,
+        names[worst_mean_at],
+        names[worst_sd_at],
+        if worst_mean <= 0.1 && worst_sd <= 0.1 { "right" } else { "OFF" }
+    );
+    for w in &result.diagnostics.warnings {
+        println!("  warning: {w}");
+    }
+    println!("  polish: {}", polish.chars().take(400).collect::<String>());
+}
+
+fn main() {
+    let device = BackendKind::Flex.device().expect("flex");
+    let (irt, _) = ItemResponse2pl::simulate(13, 20, 100, &device).expect("simulate");
+    compare("item-response 2PL (20 items x 100 persons)", &Compiled::new(irt, &device).expect("compile"), &device);
+    let (sv, _) = StochasticVolatility::simulate(17, 300, &device).expect("simulate");
+    compare("stochastic volatility (T = 300)", &Compiled::new(sv, &device).expect("compile"), &device);
+}
