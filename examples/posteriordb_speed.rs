@@ -13,27 +13,15 @@
 //! calls.
 
 use std::path::PathBuf;
-use std::time::Instant;
+#[path = "common/timing.rs"]
+mod timing;
+use timing::median_ms;
 
 use anyhow::{Context, Result};
 use parvi::infer::EngineRng;
 use parvi::model::tensor_ops::matrix_from_vec;
 use parvi::model::{BackendKind, LogDensity, score};
 use parvi::models::posteriordb;
-
-fn median_ms(mut run: impl FnMut() -> Result<()>) -> Result<f64> {
-    for _ in 0..3 {
-        run()?;
-    }
-    let mut times = Vec::with_capacity(15);
-    for _ in 0..15 {
-        let start = Instant::now();
-        run()?;
-        times.push(start.elapsed().as_secs_f64() * 1e3);
-    }
-    times.sort_by(f64::total_cmp);
-    Ok(times[times.len() / 2])
-}
 
 /// `count` reference draws on the unconstrained scale, row-major, if the reference holds every
 /// parameter of the layout.

@@ -12,7 +12,9 @@
 //!
 //! The two give the same values and gradients (the largest relative difference is printed).
 
-use std::time::Instant;
+#[path = "common/timing.rs"]
+mod timing;
+use timing::median_ms;
 
 use anyhow::Result;
 use parvi::model::burn::tensor::Tensor;
@@ -21,20 +23,6 @@ use parvi::model::tensor_ops::{matrix_from_vec, to_vec_f32};
 use parvi::model::{BackendKind, value_and_grad};
 
 const PARTICLES: usize = 100;
-
-fn median_ms(mut run: impl FnMut() -> Result<()>) -> Result<f64> {
-    for _ in 0..3 {
-        run()?;
-    }
-    let mut times = Vec::with_capacity(15);
-    for _ in 0..15 {
-        let start = Instant::now();
-        run()?;
-        times.push(start.elapsed().as_secs_f64() * 1e3);
-    }
-    times.sort_by(f64::total_cmp);
-    Ok(times[times.len() / 2])
-}
 
 /// `x_t = a x_{t-1} + b_t`, `x_0 = b_0`, one step at a time.
 fn per_step(a: Tensor<2>, b: Tensor<2>) -> Tensor<2> {
