@@ -123,9 +123,11 @@ pub struct FitArgs {
     #[arg(long)]
     pub polish_steps: Option<usize>,
     /// The polish step's kernel: `auto` (MALA, switching to autoMALA when one step size leaves
-    /// chains stuck, and handing chains that have not mixed after 1000 steps to ChEES-HMC),
-    /// `chees` (ChEES-HMC from the start: batched HMC with one adapted, jittered trajectory;
-    /// fewer gradients where MALA mixes slowly), `mala` or `auto-mala` [default: auto].
+    /// chains stuck, and handing chains that have not mixed after 1000 steps to ChEES-HMC; NUTS
+    /// takes over chains still far from mixed, where it mixes better), `chees` (ChEES-HMC from
+    /// the start: batched HMC with one adapted, jittered trajectory; fewer gradients where MALA
+    /// mixes slowly), `nuts` (Stan's NUTS, 4 chains x (1000 + 1000)), `mala` or `auto-mala`
+    /// [default: auto].
     #[arg(long, value_name = "KERNEL")]
     pub polish_kernel: Option<String>,
     /// Share the particles among the processes of an MPI job (`mpirun -np K parvi fit ...
@@ -706,8 +708,9 @@ pub(crate) fn polish_config(
         Some("mala") => PolishKernel::Mala,
         Some("auto-mala") => PolishKernel::AutoMala,
         Some("chees") => PolishKernel::Chees,
+        Some("nuts") => PolishKernel::Nuts,
         Some(other) => {
-            bail!("invalid setting `--polish-kernel`: `{other}` is not one of auto, chees, mala, auto-mala")
+            bail!("invalid setting `--polish-kernel`: `{other}` is not one of auto, chees, nuts, mala, auto-mala")
         }
     };
     Ok(Some(PolishConfig {

@@ -72,7 +72,7 @@ pub struct PosteriorDbArgs {
     /// The polish step's budget: gradients per chain after its warm-up [default: 5000].
     #[arg(long)]
     pub polish_steps: Option<usize>,
-    /// The polish step's kernel: auto, chees, mala or auto-mala [default: auto].
+    /// The polish step's kernel: auto, chees, nuts, mala or auto-mala [default: auto].
     #[arg(long, value_name = "KERNEL")]
     pub polish_kernel: Option<String>,
     /// A method option (applies to every method run; repeatable).
@@ -224,16 +224,7 @@ pub fn run(args: PosteriorDbArgs) -> Result<()> {
                 println!("    warning: {w}");
             }
             if let Some(p) = row.diagnostics.as_ref().and_then(|d| d.polish.as_ref()) {
-                println!(
-                    "    polished: {} {} steps after {} of warm-up, {} chains, split R-hat {:.3}, bulk ESS {:.0}, {:.1} s",
-                    p.steps,
-                    p.kernel.name(),
-                    p.warmup,
-                    p.chains,
-                    p.max_rhat,
-                    p.min_ess,
-                    p.seconds
-                );
+                println!("    polished: {}", p.describe());
             }
             rows.push(row);
         }

@@ -15,9 +15,12 @@ use serde::{Deserialize, Serialize};
 use crate::core::{Checkpoint, Collective};
 use crate::engines::pathfinder::{PathfinderConfig, PathfinderFit, pathfinder};
 use crate::evaluation::{
-    MalaChains, Polish, PolishConfig, PolishWhen, Stationarity, StationarityConfig, Statistic, ksd_squared,
-    polish_reported, stationarity_check_chains,
+    HOPELESS_RHAT, MalaChains, Polish, PolishConfig, PolishKernel, PolishWhen, Polished, Stationarity,
+    StationarityConfig, Statistic, TakeOver, ksd_squared, polish_offering, stationarity_check_chains,
 };
+mod nuts_polish;
+use nuts_polish::nuts_polish;
+
 use crate::{
     Callback, CheckpointPolicy, EngineRng, EngineSpec, InferError, Laplace, LaplaceConfig, Particles, Rbf, RunConfig,
     RunError, RunLabel, Runner, Whitened,
@@ -408,7 +411,12 @@ impl Diagnostics {
         {
             self.warnings.push(w);
         }
-        if let Some(p) = self.polish.as_ref().filter(|p| !p.converged) {
+        if let Some(p) = self.polish.as_ref().filter(|p| !p.converged && p.kernel == PolishKernel::Nuts) {
+            self.warnings.push(format!(
+                "the polish step's NUTS ({} chains x {} draws after {} warm-up iterations) did not mix: split R-hat {:.3}, bulk ESS {:.0} (run `--method nuts` with more draws, or reparameterise the model)",
+                p.chains, p.kept, p.warmup, p.max_rhat, p.min_ess
+            ));
+        } else if let Some(p) = self.polish.as_ref().filter(|p| !p.converged) {
             self.warnings.push(format!(
                 "the polish step's {} chains did not mix within its budget of {} steps: split R-hat {:.3}, bulk ESS {:.0} (raise PolishConfig::steps, `--polish-steps` on the command line)",
                 p.kernel.name(),
@@ -675,9 +683,59 @@ pub fn fit_reported(
                 None => x,
             }
         };
-        match polish_reported(target, from, from_chains, p, config.seed, Some(&watched)) {
-            Ok(mut run) => {
+        let run = if p.kernel == PolishKernel::Nuts {
+            let starts = from_chains.map_or_else(|| from.positions.clone(), |c| c.end.clone());
+            nuts_polish(target, starts, &[], p, config.seed, Some(&watched), device).map(|(mut run, warnings)| {
                 run.report.from_start = from_start.is_some();
+                diagnostics.warnings.extend(warnings);
+                run
+            })
+        } else {
+            // `auto` offers chains far from mixed (R-hat above HOPELESS_RHAT) to NUTS once; it
+            // takes them where it mixes better (on a funnel it does not, and autoMALA goes on);
+            // chains that end their budget that far from mixed without the offer get NUTS after.
+            // Chains nearly mixed at the budget (gp_pois_regr's ChEES at R-hat 1.018) are not
+            // worth NUTS's 4 x 2,000 iterations: measured there, it mixed no better.
+            let offered = p.kernel == PolishKernel::Auto;
+            let (mut taken, mut tried, mut declined) = (None, false, None);
+            let result = {
+                let mut take = |positions: Tensor<2>, kept: &[f32], rhat: f64, ess: f64| {
+                    tried = true;
+                    match nuts_polish(target, positions, kept, p, config.seed, Some(&watched), device) {
+                        Ok(nuts) if mixes_better(&nuts.0.report, rhat, ess) => {
+                            taken = Some(nuts);
+                            true
+                        }
+                        outcome => {
+                            declined = Some(nuts_declined(outcome, rhat, ess));
+                            false
+                        }
+                    }
+                };
+                let take: Option<TakeOver<'_>> = if offered { Some(&mut take) } else { None };
+                polish_offering(target, from, from_chains, p, config.seed, Some(&watched), take)
+            };
+            result.map(|mut run| {
+                run.report.from_start = from_start.is_some();
+                diagnostics.warnings.extend(declined);
+                match taken {
+                    Some((nuts, warnings)) => {
+                        diagnostics.warnings.extend(warnings);
+                        // NUTS ran inside the kernel's run, whose seconds count it already.
+                        let seconds = run.report.seconds;
+                        let mut nuts = after(nuts, run.report);
+                        nuts.report.seconds = seconds;
+                        nuts
+                    }
+                    None if offered && !tried && run.report.max_rhat > HOPELESS_RHAT => {
+                        nuts_after(target, run, p, config.seed, &watched, device, &mut diagnostics.warnings)
+                    }
+                    None => run,
+                }
+            })
+        };
+        match run {
+            Ok(run) => {
                 diagnostics.polish = Some(run.report);
                 polished = Some(Particles::new(run.draws));
             }
@@ -727,6 +785,63 @@ pub fn fit_reported(
         report,
         diagnostics,
     })
+}
+
+/// The polish step's last resort ([`PolishKernel::Auto`]) for chains that ended their budget
+/// far from mixed: NUTS from where they ended. Its draws replace `run`'s where it mixes better.
+fn nuts_after(
+    target: &dyn LogDensity,
+    run: Polished,
+    config: &PolishConfig,
+    seed: u64,
+    watched: &dyn Fn(Tensor<2>) -> Tensor<2>,
+    device: &Device,
+    warnings: &mut Vec<String>,
+) -> Polished {
+    let (chains, kept, rhat, ess) = (run.report.chains, run.report.kept, run.report.max_rhat, run.report.min_ess);
+    if kept == 0 {
+        return run;
+    }
+    let last = run.draws.clone().narrow(0, (kept - 1) * chains, chains);
+    let draws = parvi_model::tensor_ops::to_vec_f32(&run.draws);
+    match nuts_polish(target, last, &draws, config, seed, Some(watched), device) {
+        Ok((nuts, nuts_warnings)) if mixes_better(&nuts.report, rhat, ess) => {
+            warnings.extend(nuts_warnings);
+            after(nuts, run.report)
+        }
+        outcome => {
+            warnings.push(nuts_declined(outcome, rhat, ess));
+            run
+        }
+    }
+}
+
+/// Whether NUTS's chains stand for the posterior rather than chains at `rhat` and `ess`: they
+/// met the stopping rule, or mixed better on both counts.
+fn mixes_better(nuts: &Polish, rhat: f64, ess: f64) -> bool {
+    nuts.converged || (nuts.max_rhat < rhat && nuts.min_ess > ess)
+}
+
+/// The warning where NUTS did not take over.
+fn nuts_declined(outcome: Result<(Polished, Vec<String>), InferError>, rhat: f64, ess: f64) -> String {
+    match outcome {
+        Ok((nuts, _)) => format!(
+            "the polish step tried NUTS on chains at split R-hat {rhat:.3} and bulk ESS {ess:.0}; it mixed no better (R-hat {:.3}, ESS {:.0}, {} divergences) and was dropped",
+            nuts.report.max_rhat, nuts.report.min_ess, nuts.report.divergences
+        ),
+        Err(e) => {
+            format!("the polish step tried NUTS on chains at split R-hat {rhat:.3}; it failed ({e}) and was dropped")
+        }
+    }
+}
+
+/// NUTS's draws after the kernel of `before`, whose cost they carry.
+fn after(mut nuts: Polished, before: Polish) -> Polished {
+    nuts.report.score_evals += before.score_evals;
+    nuts.report.seconds += before.seconds;
+    nuts.report.from_start = before.from_start;
+    nuts.report.before_nuts = Some(Box::new(before));
+    nuts
 }
 
 /// What the preconditioning chose: the approximation the engine runs in, with the warnings of

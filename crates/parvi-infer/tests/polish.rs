@@ -340,3 +340,31 @@ fn chees_polish_gets_eight_schools_right_and_stops_on_the_summarys_rhat() {
     assert!((max_rhat - p.max_rhat).abs() < 2e-3, "summary R-hat {max_rhat}, polish {}", p.max_rhat);
     assert!(max_rhat <= 1.01 + 2e-3, "{max_rhat}");
 }
+
+/// NUTS as the polish kernel (`fit` runs it; it is an engine): 4 chains x 1,000 draws from the
+/// particles, judged by the polish step's own rule, with the target's means and variances within
+/// four Monte Carlo errors of their ESS; `polish` itself refuses it, naming the setting.
+#[test]
+fn nuts_polish_under_fit_has_the_targets_moments_and_polish_alone_refuses_it() {
+    let device = flex();
+    let (mean, cov) = target();
+    let d = mean.len();
+    let model = Gaussian::new(&mean, &cov, &device).unwrap();
+    let spec = EngineSpec::new(
+        MethodConfig::default_for("svgd").unwrap(),
+        KernelConfig::default(),
+        AdapterConfig::adagrad(0.05),
+    );
+    let polish_config = PolishConfig { kernel: PolishKernel::Nuts, ..Default::default() };
+    let config = FitConfig { particles: 64, polish: Some(polish_config), ..Default::default() };
+    let result = fit(&model, &spec, &config, &mut [], &device).unwrap();
+    let p = result.diagnostics.polish.clone().expect("polished");
+    assert!(p.kernel == PolishKernel::Nuts && p.chains == 4 && p.kept == 1000, "{p:?}");
+    assert!(p.converged && p.max_rhat <= 1.01 && p.min_ess >= 400.0, "{p:?}");
+    assert_eq!((result.chains, result.draws.len()), (Some(4), 4000));
+    assert!(p.before_nuts.is_none() && p.score_evals >= 4 * 2000, "{p:?}");
+    assert_target_moments(&result.draws.to_rows().iter().flatten().map(|&v| v as f64).collect::<Vec<_>>(), p.min_ess);
+    assert_eq!(result.draws.dim(), d);
+    let err = polish(&model, &biased_particles(64, &device), None, &polish_config, 7).err().expect("refused");
+    assert!(err.to_string().contains("polish-kernel"), "{err}");
+}

@@ -403,8 +403,9 @@ pub mod host {
             inv
         }
 
-        /// Solves `(A + jitter I) x = b` by forward and back substitution.
-        pub fn solve(&self, b: &[f64]) -> Vec<f64> {
+        /// Solves `L y = b` by forward substitution (`y = L^-1 b`: `b` in the factor's
+        /// whitened coordinates).
+        pub fn forward(&self, b: &[f64]) -> Vec<f64> {
             let n = self.n;
             assert_eq!(b.len(), n, "right-hand side length");
             let l = &self.l;
@@ -415,6 +416,14 @@ pub mod host {
                 }
                 z[i] /= l[i * n + i];
             }
+            z
+        }
+
+        /// Solves `(A + jitter I) x = b` by forward and back substitution.
+        pub fn solve(&self, b: &[f64]) -> Vec<f64> {
+            let n = self.n;
+            let l = &self.l;
+            let mut z = self.forward(b);
             for i in (0..n).rev() {
                 for k in i + 1..n {
                     z[i] -= l[k * n + i] * z[k];

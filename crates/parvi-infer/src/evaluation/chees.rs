@@ -144,6 +144,40 @@ impl TrajectoryAdam {
     }
 }
 
+/// The mean and covariance (row-major `d x d`) of row-major draws `[m, d]`, `m >= 2`, the
+/// covariance regularised as Stan's metric: `m/(m+5) S + 5/(m+5) 1e-3 I`.
+pub(crate) fn regularised_covariance(draws: &[f32], d: usize) -> (Vec<f64>, Vec<f64>) {
+    let m = draws.len() / d;
+    let mut mean = vec![0.0f64; d];
+    for row in draws.chunks(d) {
+        for (a, v) in mean.iter_mut().zip(row) {
+            *a += f64::from(*v);
+        }
+    }
+    mean.iter_mut().for_each(|a| *a /= m as f64);
+    let (shrink, floor) = (m as f64 / (m as f64 + 5.0), 1e-3 * 5.0 / (m as f64 + 5.0));
+    let mut cov = vec![0.0f64; d * d];
+    let mut centred = vec![0.0f64; d];
+    for row in draws.chunks(d) {
+        for ((c, v), mu) in centred.iter_mut().zip(row).zip(&mean) {
+            *c = f64::from(*v) - mu;
+        }
+        for i in 0..d {
+            for j in 0..=i {
+                cov[i * d + j] += centred[i] * centred[j];
+            }
+        }
+    }
+    for i in 0..d {
+        for j in 0..=i {
+            let v = shrink * cov[i * d + j] / (m as f64 - 1.0) + if i == j { floor } else { 0.0 };
+            cov[i * d + j] = v;
+            cov[j * d + i] = v;
+        }
+    }
+    (mean, cov)
+}
+
 /// The metric `L L^T` (the momentum is `N(0, I)` in `u = L^-1 x`).
 // One metric a polish run, held by value: the dense variant's size costs nothing there.
 #[allow(clippy::large_enum_variant)]
@@ -224,25 +258,7 @@ impl Metric {
             let sd: Vec<f64> = var.iter().map(|s| (shrink * s / (m as f64 - 1.0) + floor).sqrt()).collect();
             return sd.iter().all(|s| s.is_finite() && *s > 0.0).then(|| Self::Diagonal { sd: host(sd, 1, d) });
         }
-        let mut cov = vec![0.0f64; d * d];
-        let mut centred = vec![0.0f64; d];
-        for row in draws.chunks(d) {
-            for ((c, v), mu) in centred.iter_mut().zip(row).zip(&mean) {
-                *c = f64::from(*v) - mu;
-            }
-            for i in 0..d {
-                for j in 0..=i {
-                    cov[i * d + j] += centred[i] * centred[j];
-                }
-            }
-        }
-        for i in 0..d {
-            for j in 0..=i {
-                let v = shrink * cov[i * d + j] / (m as f64 - 1.0) + if i == j { floor } else { 0.0 };
-                cov[i * d + j] = v;
-                cov[j * d + i] = v;
-            }
-        }
+        let (_, cov) = regularised_covariance(draws, d);
         let l = parvi_model::linalg::host::Cholesky::factor(&cov, d, 0.0).ok()?;
         let l = l.lower().to_vec();
         // L^-1 by forward substitution, column by column of the identity.

@@ -15,6 +15,7 @@ mod stationarity;
 mod summary;
 mod trace;
 
+pub(crate) use chees::regularised_covariance;
 pub use chees::{CHEES_TARGET_ACCEPTANCE, DENSE_MAX_DIM, MAX_LEAPFROG, halton};
 pub use diagnostics::{TraceDiagnostics, TraceView, bulk_ess, ess, split_rhat};
 pub use loo::{
@@ -23,9 +24,10 @@ pub use loo::{
 };
 pub use metrics::{Statistic, ksd_squared, mmd_squared, weighted_mmd_squared};
 pub use polish::{
-    CHEES_AFTER, MAX_KEPT, PROBE_STEPS, Polish, PolishConfig, PolishKernel, PolishWhen, Polished, STUCK_ACCEPTANCE,
-    STUCK_SHARE, polish, polish_reported,
+    CHEES_AFTER, HOPELESS_RHAT, MAX_KEPT, NUTS_AFTER, NUTS_CHAINS, PROBE_STEPS, Polish, PolishConfig, PolishKernel,
+    PolishWhen, Polished, STUCK_ACCEPTANCE, STUCK_SHARE, polish, polish_reported,
 };
+pub(crate) use polish::{TakeOver, chains_statistic, polish_offering};
 pub use stationarity::{
     MIN_ACCEPTANCE, MIN_PARTICLES, MalaChains, MomentShift, Stationarity, StationarityConfig, TARGET_ACCEPTANCE,
     bonferroni_threshold, mala_chains, normal_quantile, stationarity_check, stationarity_check_chains,

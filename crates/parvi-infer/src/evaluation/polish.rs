@@ -35,6 +35,15 @@
 //! fewer; gp_pois_regr, where autoMALA ends at its budget 0.11 sd off: R-hat 1.016 and 0.02 sd);
 //! docs/posteriordb.md, "ChEES-HMC in the polish step".
 //!
+//! Where even those do not mix (the latent states of an item-response or a stochastic-volatility
+//! model: autoMALA ended its 5,000 iterations at R-hat 1.94 on the first, ChEES at 1.57 on the
+//! second), Stan's NUTS does: [`PolishKernel::Auto`] offers chains whose R-hat is still above
+//! [`HOPELESS_RHAT`] after [`NUTS_AFTER`] gradients of autoMALA or ChEES to a `TakeOver`
+//! closure once ([`crate::fit`] fills it with NUTS, an engine this module does not import). NUTS
+//! takes them where its draws mix better (met the rule, or a lower R-hat and a higher ESS); on a
+//! funnel they do not (NUTS's divergences at the neck: the 10-d funnel's `v` 0.57 off with ESS
+//! 23, where autoMALA's budget ends within 0.5), and the kernel goes on to its budget.
+//!
 //! One convergence rule: the stop watches the same statistics the summary prints, on the same
 //! draws ([`polish_reported`]): the rank-normalised split R-hat (the larger of the draws' and of
 //! their folded values') and the bulk ESS of every reported quantity and of `lp__`.
@@ -70,6 +79,17 @@ pub const STUCK_SHARE: f64 = 0.05;
 /// MALA's random walk on a hierarchical or latent scale, which ChEES's trajectories cross in
 /// fewer gradients (measured per posterior in docs/posteriordb.md).
 pub const CHEES_AFTER: usize = 1000;
+/// Gradients per chain of autoMALA's or ChEES's kept steps after which [`PolishKernel::Auto`]
+/// gives up on chains whose R-hat is still above [`HOPELESS_RHAT`]: under [`crate::fit`] NUTS
+/// takes over, whose 4 x 2,000 iterations cost what this kernel would spend in its remaining
+/// budget and more, but mixes where these do not (the latent-variable models of issue 45: autoMALA
+/// ended its 5,000 iterations at R-hat 1.94 on an item-response model, ChEES at 1.57 on a
+/// stochastic-volatility model).
+pub const NUTS_AFTER: usize = 1000;
+/// R-hat above which chains are far from mixed after [`NUTS_AFTER`] gradients.
+pub const HOPELESS_RHAT: f64 = 1.1;
+/// NUTS's chains when it polishes (Stan's default number of chains).
+pub const NUTS_CHAINS: usize = 4;
 
 /// The polish step's Markov kernel.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -85,6 +105,10 @@ pub enum PolishKernel {
     AutoMala,
     /// ChEES-HMC ([`super::chees`]) throughout.
     Chees,
+    /// Stan's NUTS (`parvi_infer::engines::nuts`): [`NUTS_CHAINS`] chains x (1,000 warm-up +
+    /// 1,000 draws) from the polish step's start. [`crate::fit`] runs it (an engine of its own,
+    /// which this module does not import); [`polish`] refuses it.
+    Nuts,
 }
 
 /// When [`crate::fit`] runs the polish step.
@@ -139,6 +163,7 @@ impl PolishKernel {
             Self::Mala => "MALA",
             Self::AutoMala => "autoMALA",
             Self::Chees => "ChEES-HMC",
+            Self::Nuts => "NUTS",
         }
     }
 }
@@ -215,7 +240,8 @@ pub struct Polish {
     /// ChEES's adapted trajectory length (in its metric's units); `None` for the other kernels.
     #[serde(default)]
     pub trajectory_length: Option<f64>,
-    /// Whether ChEES's metric was the chains' dense covariance (else its diagonal).
+    /// Whether ChEES's metric was the chains' dense covariance (else its diagonal); for NUTS,
+    /// whether it ran in the frame of the chains' covariance before it.
     #[serde(default)]
     pub dense_metric: bool,
     /// ChEES's divergent transitions after the warm-up (summed over chains).
@@ -238,6 +264,40 @@ pub struct Polish {
     pub from_start: bool,
     /// Wall seconds.
     pub seconds: f64,
+    /// Where NUTS polished after another kernel's chains did not mix: that kernel's report (its
+    /// draws were dropped; its seconds and gradients are counted in this one's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before_nuts: Option<Box<Polish>>,
+}
+
+impl Polish {
+    /// One line on what the step did, as the command line prints it.
+    pub fn describe(&self) -> String {
+        let end = format!("split R-hat {:.3}, bulk ESS {:.0}, {:.1} s", self.max_rhat, self.min_ess, self.seconds);
+        if self.kernel != PolishKernel::Nuts {
+            return format!(
+                "{} {} steps after {} of warm-up, {} chains, {end}",
+                self.steps,
+                self.kernel.name(),
+                self.warmup,
+                self.chains
+            );
+        }
+        let frame = if self.dense_metric { ", in the frame of the chains' covariance" } else { "" };
+        let before = self.before_nuts.as_ref().map_or(String::new(), |b| {
+            format!(
+                " after {} ({} warm-up + {} steps a chain, R-hat {:.2})",
+                b.kernel.name(),
+                b.warmup,
+                b.steps,
+                b.max_rhat
+            )
+        });
+        format!(
+            "NUTS{before}, {} chains x {} draws after {} warm-up iterations ({} gradients a chain{frame}), {} divergences, {end}",
+            self.chains, self.kept, self.warmup, self.steps, self.divergences
+        )
+    }
 }
 
 /// The polish step's draws `[kept * chains, dim]` (snapshot-major: draw `s` of chain `c` is row
@@ -276,7 +336,34 @@ pub fn polish_reported(
     seed: u64,
     reported: Option<&dyn Fn(Tensor<2>) -> Tensor<2>>,
 ) -> Result<Polished, InferError> {
+    polish_offering(model, particles, chains, config, seed, reported, None)
+}
+
+/// Offered the chains' positions `[n, d]`, their kept draws (snapshot-major, row-major `d`
+/// values each) and their R-hat and ESS so far, another kernel takes over (and returns true) or
+/// declines (false).
+pub(crate) type TakeOver<'a> = &'a mut dyn FnMut(Tensor<2>, &[f32], f64, f64) -> bool;
+
+/// [`polish_reported`] where [`PolishKernel::Auto`] offers autoMALA or ChEES chains still above
+/// [`HOPELESS_RHAT`] after [`NUTS_AFTER`] gradients to `take_over` once (NUTS, run by
+/// [`crate::fit`]): if it takes them the run ends there (not converged), else it goes on.
+pub(crate) fn polish_offering(
+    model: &dyn LogDensity,
+    particles: &Particles,
+    chains: Option<&MalaChains>,
+    config: &PolishConfig,
+    seed: u64,
+    reported: Option<&dyn Fn(Tensor<2>) -> Tensor<2>>,
+    take_over: Option<TakeOver<'_>>,
+) -> Result<Polished, InferError> {
     config.validate()?;
+    if config.kernel == PolishKernel::Nuts {
+        return Err(InferError::setting(
+            "polish-kernel",
+            "NUTS polishes under `fit` (it is an engine: `parvi_infer::engines::nuts` runs it on its own)",
+        ));
+    }
+    let mut take_over = take_over.filter(|_| config.kernel == PolishKernel::Auto);
     let started = Instant::now();
     let (n, d) = (particles.len(), particles.dim());
     if n < MIN_PARTICLES {
@@ -307,7 +394,9 @@ pub fn polish_reported(
     let state = (start, first.log_prob, first.grad);
     let mut monitor = Monitor::new(n, d, reported);
     let run = match config.kernel {
-        PolishKernel::Chees => chees_run(model, MalaStart::fresh(state, scale, h0, n), config, &mut rng, &mut monitor)?,
+        PolishKernel::Chees => {
+            chees_run(model, MalaStart::fresh(state, scale, h0, n), config, &mut rng, &mut monitor, &mut None)?
+        }
         _ => {
             let mut mala = Mala { model, scale: scale.clone(), rng: &mut rng, n, d };
             let (state, h) = mala.adapt(state, h0, config.warmup)?;
@@ -320,7 +409,7 @@ pub fn polish_reported(
                 auto_first: config.kernel == PolishKernel::AutoMala,
                 probe: config.kernel == PolishKernel::Auto,
             };
-            let (run, handoff) = mala_run(model, start, config, &mut rng, &mut monitor)?;
+            let (run, handoff) = mala_run(model, start, config, &mut rng, &mut monitor, &mut take_over)?;
             match handoff {
                 // MALA's steps were ChEES's warm-up start: its draws are dropped, its spent
                 // gradients counted, ChEES adapts afresh from where the chains are.
@@ -331,7 +420,7 @@ pub fn polish_reported(
                         warmup: run.warmup + run.steps,
                         ..MalaStart::fresh(state, scale, run.step_size, n)
                     };
-                    chees_run(model, start, config, &mut rng, &mut monitor)?
+                    chees_run(model, start, config, &mut rng, &mut monitor, &mut take_over)?
                 }
                 None => run,
             }
@@ -360,6 +449,7 @@ pub fn polish_reported(
             score_evals: run.evals,
             from_start: false,
             seconds: started.elapsed().as_secs_f64(),
+            before_nuts: None,
         },
     })
 }
@@ -413,12 +503,16 @@ impl MalaStart {
 /// shrinks the step until the neck's chains accept (the 4-d funnel of `tests/polish.rs`: step
 /// 0.0069, no chain stuck) and the mouth's chains need hundreds of leapfrog steps to move; a share
 /// of stuck chains under one shared step is then no signal.
+///
+/// Chains still above [`HOPELESS_RHAT`] after [`NUTS_AFTER`] leapfrog steps are offered to
+/// `take_over` once.
 fn chees_run(
     model: &dyn LogDensity,
     start: MalaStart,
     config: &PolishConfig,
     rng: &mut EngineRng,
     monitor: &mut Monitor<'_>,
+    take_over: &mut Option<TakeOver<'_>>,
 ) -> Result<Run, InferError> {
     let MalaStart { state, scale, h: h0, evals: spent, warmup: warmed, .. } = start;
     let [n, d] = state.0.dims();
@@ -448,11 +542,17 @@ fn chees_run(
         monitor.offer(iterations, &state)?;
         // Looks at the same gradient counts as MALA's (every `check_every` gradients at first,
         // then every quarter of those spent), so both kernels' costs compare at one resolution.
-        if (leapfrogs >= next_look || leapfrogs >= config.steps)
-            && monitor.look(leapfrogs, &mut next_look, config, (&mut max_rhat, &mut min_ess))?
-        {
-            converged = true;
-            break;
+        if leapfrogs >= next_look || leapfrogs >= config.steps {
+            if monitor.look(leapfrogs, &mut next_look, config, (&mut max_rhat, &mut min_ess))? {
+                converged = true;
+                break;
+            }
+            if leapfrogs >= NUTS_AFTER
+                && max_rhat > HOPELESS_RHAT
+                && offer(take_over, &state, monitor, max_rhat, min_ess)
+            {
+                break;
+            }
         }
     }
     Ok(Run {
@@ -483,13 +583,15 @@ fn chees_warmup(config: &PolishConfig) -> usize {
 /// MALA from `start` (switching to autoMALA where the probe finds stuck chains) or autoMALA,
 /// until the stopping rule or the budget of `steps` iterations; with the probe
 /// ([`PolishKernel::Auto`]), MALA chains that have not met the rule after [`CHEES_AFTER`] steps
-/// are returned for ChEES-HMC instead (the second value).
+/// are returned for ChEES-HMC instead (the second value). autoMALA chains still above
+/// [`HOPELESS_RHAT`] after [`NUTS_AFTER`] gradients a chain are offered to `take_over` once.
 fn mala_run(
     model: &dyn LogDensity,
     start: MalaStart,
     config: &PolishConfig,
     rng: &mut EngineRng,
     monitor: &mut Monitor<'_>,
+    take_over: &mut Option<TakeOver<'_>>,
 ) -> Result<(Run, Option<MalaState>), InferError> {
     let MalaStart { mut state, scale, mut h, mut evals, mut warmup, auto_first, probe } = start;
     let [n, d] = state.0.dims();
@@ -506,6 +608,9 @@ fn mala_run(
         let (next, eps0, spent) = auto.adapt(state, h.sqrt(), config.warmup)?;
         (state, h, evals, warmup) = (next, eps0 * eps0, evals + spent, warmup + config.warmup);
     }
+    // Scores when autoMALA's kept iterations began (its offer counts gradients, not iterations:
+    // an iteration costs two or more).
+    let mut auto_from = evals;
     while steps < config.steps {
         let acceptance;
         (state, acceptance) = match kernel {
@@ -536,6 +641,7 @@ fn mala_run(
                 kernel = PolishKernel::AutoMala;
                 let (next, eps0, spent) = auto.adapt(state, h.sqrt(), config.warmup)?;
                 (state, h, evals) = (next, eps0 * eps0, evals + spent);
+                auto_from = evals;
                 warmup += PROBE_STEPS + config.warmup;
                 monitor.clear();
                 (steps, accepted, next_look) = (0, 0.0, config.check_every);
@@ -550,6 +656,13 @@ fn mala_run(
             }
             if may_hand_off && kernel == PolishKernel::Mala && steps >= CHEES_AFTER && steps < config.steps {
                 handoff = Some(state);
+                break;
+            }
+            if kernel == PolishKernel::AutoMala
+                && (evals - auto_from) / n >= NUTS_AFTER
+                && max_rhat > HOPELESS_RHAT
+                && offer(take_over, &state, monitor, max_rhat, min_ess)
+            {
                 break;
             }
         }
@@ -571,6 +684,17 @@ fn mala_run(
         evals,
     };
     Ok((run, handoff))
+}
+
+/// Offers the chains to `take_over` (once: it is spent either way); whether it took them.
+fn offer(
+    take_over: &mut Option<TakeOver<'_>>,
+    state: &MalaState,
+    monitor: &Monitor<'_>,
+    max_rhat: f64,
+    min_ess: f64,
+) -> bool {
+    take_over.take().is_some_and(|take| take(state.0.clone(), &monitor.kept, max_rhat, min_ess))
 }
 
 /// The kept draws and the quantities the stopping rule watches, thinned together.
@@ -658,22 +782,47 @@ impl<'v> Monitor<'v> {
         if self.snapshots < 4 {
             return Ok(None);
         }
-        let view = TraceView::new(&self.watched, self.snapshots, self.n, self.q)?;
-        let (mut max_rhat, mut min_ess) = (f64::NEG_INFINITY, f64::INFINITY);
-        for j in 0..self.q {
-            let series = view.series(j);
-            let finite = series.iter().flatten().all(|v| v.is_finite());
-            let (r, e) = if finite {
-                let all: Vec<f64> = series.iter().flatten().copied().collect();
-                rank_rhat_and_bulk_ess(&series, quantile7(&all, 0.5))
-            } else {
-                (f64::NAN, f64::NAN)
-            };
-            max_rhat = if r.is_nan() { f64::INFINITY } else { max_rhat.max(r) };
-            min_ess = if e.is_nan() { 0.0 } else { min_ess.min(e) };
-        }
-        Ok(Some((max_rhat, min_ess)))
+        watched_statistic(&self.watched, self.snapshots, self.n, self.q).map(Some)
     }
+}
+
+/// The polish step's stopping statistic (the largest rank-normalised split R-hat and the smallest
+/// bulk ESS over the watched quantities and `lp__`) of chains run elsewhere (NUTS under
+/// [`crate::fit`]): `draws` `[snapshots * chains, d]` snapshot-major with their `log_prob`,
+/// watched through `reported` as [`polish_reported`] watches its own.
+pub(crate) fn chains_statistic(
+    draws: Tensor<2>,
+    log_prob: Tensor<1>,
+    chains: usize,
+    reported: Option<&dyn Fn(Tensor<2>) -> Tensor<2>>,
+) -> Result<(f64, f64), InferError> {
+    let [rows, _] = draws.dims();
+    let shown = match reported {
+        Some(f) => f(draws),
+        None => draws,
+    };
+    let q = shown.dims()[1] + 1;
+    let both = Tensor::cat(vec![shown, log_prob.reshape([rows, 1])], 1);
+    watched_statistic(&to_vec_f32(&both), rows / chains, chains, q)
+}
+
+/// [`Monitor::statistic`] of a snapshot-major trace `[snapshots, chains, q]`.
+fn watched_statistic(watched: &[f32], snapshots: usize, chains: usize, q: usize) -> Result<(f64, f64), InferError> {
+    let view = TraceView::new(watched, snapshots, chains, q)?;
+    let (mut max_rhat, mut min_ess) = (f64::NEG_INFINITY, f64::INFINITY);
+    for j in 0..q {
+        let series = view.series(j);
+        let finite = series.iter().flatten().all(|v| v.is_finite());
+        let (r, e) = if finite {
+            let all: Vec<f64> = series.iter().flatten().copied().collect();
+            rank_rhat_and_bulk_ess(&series, quantile7(&all, 0.5))
+        } else {
+            (f64::NAN, f64::NAN)
+        };
+        max_rhat = if r.is_nan() { f64::INFINITY } else { max_rhat.max(r) };
+        min_ess = if e.is_nan() { 0.0 } else { min_ess.min(e) };
+    }
+    Ok((max_rhat, min_ess))
 }
 
 /// Every other snapshot (the 2nd, 4th, ...) of a snapshot-major trace of `row` values per snapshot:
