@@ -1,5 +1,7 @@
 //! Cost of one score (log density and its gradient by autodiff) of a posteriordb model: for 100
-//! particles at once, as a particle engine evaluates it, beside one position, as NUTS does.
+//! particles at once, as a particle engine evaluates it, for 4 positions, as the NUTS engine's 4
+//! chains in lockstep do, and for one position, as one chain (and Stan) does. Stan's own figure
+//! beside it: `scripts/stan_gradient.py` (issue 44, item 4).
 //!
 //! ```sh
 //! cargo run --release --example posteriordb_speed -- ../shared/posteriordb \
@@ -50,8 +52,8 @@ fn main() -> Result<()> {
     let names = args.next().context("usage: posteriordb_speed SUITE_DIR NAME[,NAME...]")?;
     let device = BackendKind::Flex.device()?;
     println!(
-        "{:<36} {:>5} {:>16} {:>14} {:>16}",
-        "posterior", "dim", "100 particles ms", "1 position ms", "per particle ratio"
+        "{:<36} {:>5} {:>16} {:>15} {:>14} {:>16}",
+        "posterior", "dim", "100 particles ms", "4 positions ms", "1 position ms", "per particle ratio"
     );
     for name in names.split(',') {
         let model = posteriordb::load(name, &dir, &device)?;
@@ -63,6 +65,7 @@ fn main() -> Result<()> {
         };
         let batch = matrix_from_vec(points.clone(), 100, dim, &device);
         let one = matrix_from_vec(points[..dim].to_vec(), 1, dim, &device);
+        let four = matrix_from_vec(points[..4 * dim].to_vec(), 4, dim, &device);
         if std::env::var_os("PARVI_SPEED_ORIGIN").is_some() {
             let s = score(&model, matrix_from_vec(vec![0.0; dim], 1, dim, &device), None)?;
             let lp = parvi::model::tensor_ops::to_vec_f32(&s.log_prob);
@@ -76,11 +79,15 @@ fn main() -> Result<()> {
             score(&model, batch.clone(), None)?;
             Ok(())
         })?;
+        let lockstep = median_ms(|| {
+            score(&model, four.clone(), None)?;
+            Ok(())
+        })?;
         let single = median_ms(|| {
             score(&model, one.clone(), None)?;
             Ok(())
         })?;
-        println!("{name:<36} {dim:>5} {many:>16.2} {single:>14.2} {:>16.1}", 100.0 * single / many);
+        println!("{name:<36} {dim:>5} {many:>16.2} {lockstep:>15.3} {single:>14.3} {:>16.1}", 100.0 * single / many);
     }
     Ok(())
 }

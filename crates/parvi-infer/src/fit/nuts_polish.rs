@@ -3,8 +3,8 @@
 //! against its item effects, a volatility's scale against hundreds of latent innovations), Stan's
 //! sampler is what a Stan user would have run: [`NUTS_CHAINS`] chains x (1,000 warm-up + 1,000
 //! draws), Stan's adaptation (a diagonal metric per chain), in the coordinates the engine ran in,
-//! started from the polish step's chains (the best half by log density: a chain stranded in the
-//! tail costs NUTS its warm-up to leave). The draws are judged by the polish step's own rule on
+//! started from the polish step's chains or Stan's own inits, whichever have the higher log
+//! density (a chain stranded in the tail costs NUTS its warm-up to leave). The draws are judged by the polish step's own rule on
 //! the same reported quantities ([`chains_statistic`]).
 //!
 //! Stan's NUTS adapts a diagonal metric; where the chains that did not mix left enough draws (at
@@ -44,7 +44,7 @@ pub(super) fn nuts_polish(
 ) -> Result<(Polished, Vec<String>), InferError> {
     let started = Instant::now();
     let [k, d] = starts.dims();
-    let mut inits = chain_inits(target, starts, k)?;
+    let mut inits = chain_inits(target, starts, k, seed)?;
     let frame = dense_frame(kept, d);
     let framed = match &frame {
         Some((mean, l)) => {
@@ -121,22 +121,31 @@ fn dense_frame(kept: &[f32], d: usize) -> Option<(Vec<f64>, Cholesky)> {
     l.lower().iter().all(|v| v.is_finite()).then_some((mean, l))
 }
 
-/// [`NUTS_CHAINS`] starts, row-major: evenly spaced through the better half of `starts` by log
-/// density (every row when there are fewer, repeated in turn).
-fn chain_inits(target: &dyn LogDensity, starts: Tensor<2>, k: usize) -> Result<Vec<f64>, InferError> {
-    let lp = to_vec_f32(&parvi_model::score(target, starts.clone(), None)?.log_prob);
-    let mut order: Vec<usize> = (0..k).filter(|&i| lp[i].is_finite()).collect();
+/// [`NUTS_CHAINS`] starts, row-major: evenly spaced through the better half by log density of
+/// `starts` together with as many of Stan's own inits (uniform(-2, 2) in every coordinate the
+/// polish step runs in: within two sds of the whitening's centre). Chains that ended in the typical set
+/// outrank those inits (each coordinate's `E u^2 = 4/3` puts them below it); chains stranded
+/// far out in a tail (the polish step from particles drawn at 10^4 sds: NUTS from there ran
+/// 175 s of maximal trees) give way to them.
+fn chain_inits(target: &dyn LogDensity, starts: Tensor<2>, k: usize, seed: u64) -> Result<Vec<f64>, InferError> {
+    let [_, d] = starts.dims();
+    let device = starts.device();
+    let mut rng = EngineRng::new(seed ^ 0x1417_5EED);
+    let stan_inits: Vec<f32> = (0..k * d).map(|_| (4.0 * rng.uniform() - 2.0) as f32).collect();
+    let candidates = Tensor::cat(vec![starts, matrix_from_vec(stan_inits, k, d, &device)], 0);
+    let lp = to_vec_f32(&parvi_model::score(target, candidates.clone(), None)?.log_prob);
+    let mut order: Vec<usize> = (0..2 * k).filter(|&i| lp[i].is_finite()).collect();
     if order.is_empty() {
         return Err(InferError::setting(
             "polish",
-            "NUTS has no start: every chain of the polish step ended at a non-finite log density",
+            "NUTS has no start: every chain of the polish step, and every uniform(-2, 2) init, has a non-finite log density",
         ));
     }
     order.sort_by(|&a, &b| lp[b].total_cmp(&lp[a]));
     let better = order.len().div_ceil(2).max(NUTS_CHAINS.min(order.len()));
     let picks: Vec<i64> = (0..NUTS_CHAINS).map(|i| order[(i * better / NUTS_CHAINS) % better] as i64).collect();
-    let idx = Tensor::<1, Int>::from_data(TensorData::new(picks, [NUTS_CHAINS]), &starts.device());
-    Ok(to_vec_f32(&starts.select(0, idx)).into_iter().map(f64::from).collect())
+    let idx = Tensor::<1, Int>::from_data(TensorData::new(picks, [NUTS_CHAINS]), &device);
+    Ok(to_vec_f32(&candidates.select(0, idx)).into_iter().map(f64::from).collect())
 }
 
 #[cfg(test)]
