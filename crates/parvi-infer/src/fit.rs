@@ -694,8 +694,8 @@ pub fn fit_reported(
             // `auto` offers chains far from mixed (R-hat above HOPELESS_RHAT) to NUTS once; it
             // takes them where it mixes better (on a funnel it does not, and autoMALA goes on);
             // chains that end their budget that far from mixed without the offer get NUTS after.
-            // Chains nearly mixed at the budget (gp_pois_regr's ChEES at R-hat 1.018) are not
-            // worth NUTS's 4 x 2,000 iterations: measured there, it mixed no better.
+            // Chains nearly mixed at the budget are not worth NUTS's 4 x 2,000 iterations
+            // (docs/posteriordb.md, the latent-variable models: gp_pois_regr).
             let offered = p.kernel == PolishKernel::Auto;
             let (mut taken, mut tried, mut declined) = (None, false, None);
             let result = {

@@ -27,6 +27,11 @@ fn target() -> (Vec<f64>, Vec<f64>) {
     (mean, cov)
 }
 
+/// The engine `parvi fit` runs by default.
+fn default_svgd() -> EngineSpec {
+    EngineSpec::new(MethodConfig::default_for("svgd").unwrap(), KernelConfig::default(), AdapterConfig::adagrad(0.05))
+}
+
 /// Per-coordinate means and population variances of row-major draws.
 fn moments(x: &[f64], d: usize) -> (Vec<f64>, Vec<f64>) {
     let n = (x.len() / d) as f64;
@@ -165,11 +170,7 @@ fn fit_with_polish_returns_mixed_draws_where_svgd_collapsed() {
     let mean = vec![0.5; d];
     let var: Vec<f64> = (0..d).map(|j| 0.5 + 0.2 * j as f64).collect();
     let model = Gaussian::diagonal(&mean, &var, &device).unwrap();
-    let spec = EngineSpec::new(
-        MethodConfig::default_for("svgd").unwrap(),
-        KernelConfig::default(),
-        AdapterConfig::adagrad(0.05),
-    );
+    let spec = default_svgd();
     // 40 particles in 10-d: plain RBF SVGD's variances collapse, and the check flags it.
     let base = FitConfig { particles: 40, steps: 1000, polish: None, ..Default::default() };
     let plain = fit(&model, &spec, &base, &mut [], &device).unwrap();
@@ -202,11 +203,7 @@ fn fit_with_polish_returns_mixed_draws_where_svgd_collapsed() {
 fn bad_polish_settings_are_named() {
     let device = flex();
     let model = Gaussian::diagonal(&[0.0, 0.0], &[1.0, 1.0], &device).unwrap();
-    let spec = EngineSpec::new(
-        MethodConfig::default_for("svgd").unwrap(),
-        KernelConfig::default(),
-        AdapterConfig::adagrad(0.05),
-    );
+    let spec = default_svgd();
     let cases = [
         (PolishConfig { steps: 3, ..Default::default() }, "polish-steps"),
         (PolishConfig { rhat: 1.0, ..Default::default() }, "polish-rhat"),
@@ -298,11 +295,7 @@ fn chees_polish_gets_eight_schools_right_and_stops_on_the_summarys_rhat() {
     let name = "eight_schools-eight_schools_noncentered";
     let model = posteriordb::load(name, &dir, &device).unwrap();
     let reference = ReferenceDraws::load(name, &dir).unwrap();
-    let spec = EngineSpec::new(
-        MethodConfig::default_for("svgd").unwrap(),
-        KernelConfig::default(),
-        AdapterConfig::adagrad(0.05),
-    );
+    let spec = default_svgd();
     let config = FitConfig {
         polish: Some(PolishConfig { kernel: PolishKernel::Chees, ..Default::default() }),
         ..Default::default()
@@ -350,11 +343,7 @@ fn nuts_polish_under_fit_has_the_targets_moments_and_polish_alone_refuses_it() {
     let (mean, cov) = target();
     let d = mean.len();
     let model = Gaussian::new(&mean, &cov, &device).unwrap();
-    let spec = EngineSpec::new(
-        MethodConfig::default_for("svgd").unwrap(),
-        KernelConfig::default(),
-        AdapterConfig::adagrad(0.05),
-    );
+    let spec = default_svgd();
     let polish_config = PolishConfig { kernel: PolishKernel::Nuts, ..Default::default() };
     let config = FitConfig { particles: 64, polish: Some(polish_config), ..Default::default() };
     let result = fit(&model, &spec, &config, &mut [], &device).unwrap();

@@ -36,13 +36,12 @@
 //! docs/posteriordb.md, "ChEES-HMC in the polish step".
 //!
 //! Where even those do not mix (the latent states of an item-response or a stochastic-volatility
-//! model: autoMALA ended its 5,000 iterations at R-hat 1.94 on the first, ChEES at 1.57 on the
-//! second), Stan's NUTS does: [`PolishKernel::Auto`] offers chains whose R-hat is still above
+//! model), Stan's NUTS does: [`PolishKernel::Auto`] offers chains whose R-hat is still above
 //! [`HOPELESS_RHAT`] after [`NUTS_AFTER`] gradients of autoMALA or ChEES to a `TakeOver`
 //! closure once ([`crate::fit`] fills it with NUTS, an engine this module does not import). NUTS
 //! takes them where its draws mix better (met the rule, or a lower R-hat and a higher ESS); on a
-//! funnel they do not (NUTS's divergences at the neck: the 10-d funnel's `v` 0.57 off with ESS
-//! 23, where autoMALA's budget ends within 0.5), and the kernel goes on to its budget.
+//! funnel they do not (its divergences at the neck), and the kernel goes on to its budget
+//! (docs/posteriordb.md, "The latent-variable acceptance models through the default path").
 //!
 //! One convergence rule: the stop watches the same statistics the summary prints, on the same
 //! draws ([`polish_reported`]): the rank-normalised split R-hat (the larger of the draws' and of
@@ -80,11 +79,9 @@ pub const STUCK_SHARE: f64 = 0.05;
 /// fewer gradients (measured per posterior in docs/posteriordb.md).
 pub const CHEES_AFTER: usize = 1000;
 /// Gradients per chain of autoMALA's or ChEES's kept steps after which [`PolishKernel::Auto`]
-/// gives up on chains whose R-hat is still above [`HOPELESS_RHAT`]: under [`crate::fit`] NUTS
-/// takes over, whose 4 x 2,000 iterations cost what this kernel would spend in its remaining
-/// budget and more, but mixes where these do not (the latent-variable models of issue 45: autoMALA
-/// ended its 5,000 iterations at R-hat 1.94 on an item-response model, ChEES at 1.57 on a
-/// stochastic-volatility model).
+/// offers chains whose R-hat is still above [`HOPELESS_RHAT`] to NUTS: under [`crate::fit`] its
+/// 4 x 2,000 iterations cost what this kernel would spend in its remaining budget and more, but
+/// mix where these do not.
 pub const NUTS_AFTER: usize = 1000;
 /// R-hat above which chains are far from mixed after [`NUTS_AFTER`] gradients.
 pub const HOPELESS_RHAT: f64 = 1.1;

@@ -4,14 +4,14 @@
 //! sampler is what a Stan user would have run: [`NUTS_CHAINS`] chains x (1,000 warm-up + 1,000
 //! draws), Stan's adaptation (a diagonal metric per chain), in the coordinates the engine ran in,
 //! started from the polish step's chains or Stan's own inits, whichever have the higher log
-//! density (a chain stranded in the tail costs NUTS its warm-up to leave). The draws are judged by the polish step's own rule on
-//! the same reported quantities ([`chains_statistic`]).
+//! density (a chain stranded in the tail costs NUTS its warm-up to leave). The draws are judged
+//! by the polish step's own rule on the same reported quantities ([`chains_statistic`]).
 //!
 //! Stan's NUTS adapts a diagonal metric; where the chains that did not mix left enough draws (at
 //! least 10 per dimension, up to [`DENSE_MAX_DIM`] dimensions), NUTS runs in the frame of their
 //! regularised covariance `x = m + L u` instead, so its diagonal adaptation there is a dense
-//! metric for the target (Stan's `dense_e`): on accel_gp (66 dimensions, whitened only by the
-//! Hessian's diagonal) the diagonal metric ran 61% of its trees to the maximum depth of 10.
+//! metric for the target (Stan's `dense_e`), which a whitening by the Hessian's diagonal alone
+//! leaves correlated (docs/posteriordb.md, accel_gp).
 
 use std::time::Instant;
 
@@ -123,10 +123,10 @@ fn dense_frame(kept: &[f32], d: usize) -> Option<(Vec<f64>, Cholesky)> {
 
 /// [`NUTS_CHAINS`] starts, row-major: evenly spaced through the better half by log density of
 /// `starts` together with as many of Stan's own inits (uniform(-2, 2) in every coordinate the
-/// polish step runs in: within two sds of the whitening's centre). Chains that ended in the typical set
-/// outrank those inits (each coordinate's `E u^2 = 4/3` puts them below it); chains stranded
-/// far out in a tail (the polish step from particles drawn at 10^4 sds: NUTS from there ran
-/// 175 s of maximal trees) give way to them.
+/// polish step runs in: within two sds of the whitening's centre). Chains that ended in the
+/// typical set outrank those inits (each coordinate's `E u^2 = 4/3` puts them below it); chains
+/// stranded far out in a tail, where NUTS would spend its warm-up on maximal trees, give way to
+/// them.
 fn chain_inits(target: &dyn LogDensity, starts: Tensor<2>, k: usize, seed: u64) -> Result<Vec<f64>, InferError> {
     let [_, d] = starts.dims();
     let device = starts.device();
