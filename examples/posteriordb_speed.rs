@@ -12,7 +12,8 @@
 //! unconstrained space (posterior-typical: an ODE's step count depends on where its parameters
 //! are); where the reference lacks a parameter, `N(0, 0.5^2)` draws around the origin. The one
 //! position is the first of them. Each figure is the median of 15 timed calls after 3 warm-up
-//! calls.
+//! calls. `PARVI_SPEED_CALLS=N` first runs N one-position scores in a row (for a profiler) and
+//! prints their mean.
 
 use std::path::PathBuf;
 #[path = "common/timing.rs"]
@@ -83,6 +84,18 @@ fn main() -> Result<()> {
             score(&model, four.clone(), None)?;
             Ok(())
         })?;
+        if let Some(calls) = std::env::var("PARVI_SPEED_CALLS").ok().and_then(|v| v.parse::<usize>().ok()) {
+            // For a profiler: `calls` one-position scores in a row, and their mean.
+            let started = std::time::Instant::now();
+            for _ in 0..calls {
+                let s = score(&model, one.clone(), None)?;
+                parvi::model::tensor_ops::to_vec_f32(&s.grad);
+            }
+            println!(
+                "{name}: {calls} one-position scores, {:.1} us each",
+                1e6 * started.elapsed().as_secs_f64() / calls as f64
+            );
+        }
         let single = median_ms(|| {
             score(&model, one.clone(), None)?;
             Ok(())

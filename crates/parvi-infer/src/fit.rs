@@ -4,8 +4,8 @@
 //! (the particles, or an MCMC engine's collected draws) back to the model's own coordinates,
 //! with the counts a comparison needs.
 
-use std::cell::Cell;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use burn::tensor::{Device, Tensor};
@@ -533,7 +533,7 @@ pub fn fit_reported(
     if let Some(p) = &config.polish {
         p.validate()?;
     }
-    let counted = Counted { model, evals: Cell::new(0) };
+    let counted = Counted { model, evals: AtomicUsize::new(0) };
     let mut rng = EngineRng::new(config.seed ^ 0x1A9_1ACE);
     let started = Instant::now();
     let pre = precondition(&counted, config, &mut rng, device);
@@ -781,7 +781,7 @@ pub fn fit_reported(
         steps: outcome.steps,
         seconds: outcome.seconds,
         laplace_seconds,
-        density_evals: counted.evals.get(),
+        density_evals: counted.evals.load(Ordering::Relaxed),
         report,
         diagnostics,
     })
@@ -1045,7 +1045,7 @@ fn drift(before: &Particles, after: &Particles) -> Option<f64> {
 /// A model that counts its evaluations (rows of every `log_prob` call).
 struct Counted<'a> {
     model: &'a dyn LogDensity,
-    evals: Cell<usize>,
+    evals: AtomicUsize,
 }
 
 impl LogDensity for Counted<'_> {
@@ -1058,7 +1058,7 @@ impl LogDensity for Counted<'_> {
     }
 
     fn log_prob(&self, particles: Tensor<2>, batch: Option<&Minibatch>) -> Tensor<1> {
-        self.evals.set(self.evals.get() + particles.dims()[0]);
+        self.evals.fetch_add(particles.dims()[0], Ordering::Relaxed);
         self.model.log_prob(particles, batch)
     }
 }

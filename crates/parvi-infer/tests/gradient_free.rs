@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::*;
 use parvi_infer::engines::{IsotropicGaussian, importance_sampling};
@@ -183,7 +183,7 @@ fn temperature_schedules_are_validated() {
 
 /// A value-only target that goes bad from its `bad_from`-th evaluation on.
 struct Flaky {
-    calls: Cell<usize>,
+    calls: AtomicUsize,
     bad_from: usize,
     bad_value: f32,
 }
@@ -193,8 +193,7 @@ impl ValueDensity for Flaky {
         2
     }
     fn log_value(&self, x: Tensor<2>) -> Tensor<1> {
-        let call = self.calls.get();
-        self.calls.set(call + 1);
+        let call = self.calls.fetch_add(1, Ordering::Relaxed);
         let n = x.dims()[0];
         let lp = x.square().sum_dim(1).mul_scalar(-0.5).reshape([n]);
         if call >= self.bad_from { lp.mul_scalar(0.0).add_scalar(self.bad_value as f64) } else { lp }
@@ -215,7 +214,7 @@ fn bad_importance_weights_stop_the_run_with_the_step() {
     };
 
     // log p = NaN from the fourth step on: a non-finite weight, reported at step 3.
-    let target = ValueOnly(Flaky { calls: Cell::new(0), bad_from: 3, bad_value: f32::NAN });
+    let target = ValueOnly(Flaky { calls: AtomicUsize::new(0), bad_from: 3, bad_value: f32::NAN });
     let mut engine = gf();
     let err =
         Runner::new(&mut engine, &target, start.clone(), RunConfig::new(10, 0)).unwrap().run(&mut []).unwrap_err();
@@ -228,7 +227,7 @@ fn bad_importance_weights_stop_the_run_with_the_step() {
     }
 
     // log p = +inf everywhere: every weight rho / p is zero.
-    let target = ValueOnly(Flaky { calls: Cell::new(0), bad_from: 0, bad_value: f32::INFINITY });
+    let target = ValueOnly(Flaky { calls: AtomicUsize::new(0), bad_from: 0, bad_value: f32::INFINITY });
     let mut engine = gf();
     let mut particles = start.clone();
     let mut step_rng = EngineRng::new(0);
@@ -238,7 +237,7 @@ fn bad_importance_weights_stop_the_run_with_the_step() {
     assert!(particles.is_finite(), "the particles must be left as they were, not NaN");
 
     // The annealed gradient-free engine checks the same way.
-    let target = ValueOnly(Flaky { calls: Cell::new(0), bad_from: 2, bad_value: f32::NAN });
+    let target = ValueOnly(Flaky { calls: AtomicUsize::new(0), bad_from: 2, bad_value: f32::NAN });
     let mut agf = AnnealedGfSvgd::new(
         Box::new(Rbf::median()),
         AdapterConfig::adam(0.1).build().unwrap(),

@@ -77,9 +77,11 @@ fn correlated_gaussian_means_and_sds_within_monte_carlo_error() {
     let r = x.iter().flatten().zip(y.iter().flatten()).map(|(a, b)| (a - mx) * (b - my)).sum::<f64>()
         / ((n - 1.0) * sx * sy);
     assert!((r - 0.9).abs() < 0.03, "correlation {r}");
-    // Dual averaging reaches its target acceptance (0.8), without divergences.
+    // Dual averaging reaches its target acceptance (0.8), without divergences. The kept draws'
+    // statistic sits above the target (0.91 to 0.95 here over seeds and chains): the step size
+    // after warm-up is the iterates' average `exp(x_bar)`, smaller than the last iterate, as in Stan.
     for (c, chain) in run.chain_reports.iter().enumerate() {
-        assert!((0.7..0.95).contains(&chain.mean_accept_stat), "chain {c}: accept {}", chain.mean_accept_stat);
+        assert!((0.7..0.97).contains(&chain.mean_accept_stat), "chain {c}: accept {}", chain.mean_accept_stat);
         assert_eq!(chain.divergences, 0, "chain {c}");
         assert!(chain.step_size > 0.05 && chain.step_size < 2.0, "chain {c}: step {}", chain.step_size);
         // The metric learned the variances (1 and 4) within the window's noise.
@@ -193,4 +195,22 @@ fn bad_options_are_errors_naming_the_option() {
     assert_eq!(model.dim(), 1);
     let err = nuts(&model, &config, Some(&[0.0, f64::NAN]), &mut EngineRng::new(4), &device).unwrap_err().to_string();
     assert!(err.contains("chain 2"), "{err}");
+}
+
+/// Each chain has its own random stream and its own pace (a chain whose tree is done starts its
+/// next transition without waiting), so the draws are the same on one thread or on one per
+/// chain: the threads change the grouping of the batched calls, not a chain's arithmetic.
+#[test]
+fn draws_do_not_depend_on_the_threads() {
+    let device = flex();
+    let model = Gaussian::new(&[1.0, -2.0], &[1.0, 1.8, 1.8, 4.0], &device).unwrap();
+    let run = |threads| {
+        let config = NutsConfig { threads, warmup: 100, draws: 50, ..NutsConfig::default() };
+        nuts(&model, &config, None, &mut EngineRng::new(11), &device).unwrap()
+    };
+    let (one, four) = (run(1), run(4));
+    assert_eq!(one.draws, four.draws);
+    assert_eq!(one.chain_reports, four.chain_reports);
+    // One batched call serves every waiting chain: fewer calls than chain-gradients on one thread.
+    assert!(one.batched_calls < one.gradients(), "{} calls for {} gradients", one.batched_calls, one.gradients());
 }

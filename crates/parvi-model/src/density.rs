@@ -10,7 +10,10 @@ use crate::{Minibatch, ModelError};
 /// `log p` of shape `[n]`, including any log-Jacobian of the parameter transforms. It must be
 /// built from burn tensor operations so that autodiff gives the score; that is all an engine
 /// asks of a model.
-pub trait LogDensity {
+///
+/// A model is shared by the threads of a sampler (NUTS runs its chains on one thread per core),
+/// hence `Send + Sync`: keep counters in atomics or a `Mutex`, not a `Cell`.
+pub trait LogDensity: Send + Sync {
     /// Dimension of one particle.
     fn dim(&self) -> usize;
 
@@ -125,7 +128,7 @@ impl<T: LogDensity + ?Sized> LogDensity for Box<T> {
 
 /// A density known only through its values (a simulator, external code, a non-differentiable
 /// program): gradient-free engines need nothing more.
-pub trait ValueDensity {
+pub trait ValueDensity: Send + Sync {
     /// Dimension of one particle.
     fn dim(&self) -> usize;
 

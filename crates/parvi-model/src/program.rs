@@ -42,8 +42,9 @@ use rand_distr::Distribution as _;
 
 use crate::{LogDensity, Minibatch, ModelError, ParamLayout, Unpacked};
 
-/// A model in the shape of a Stan program.
-pub trait Program: std::fmt::Debug {
+/// A model in the shape of a Stan program. `Send + Sync` as every [`LogDensity`]: samplers share
+/// it across threads (its data are burn tensors, which are).
+pub trait Program: std::fmt::Debug + Send + Sync {
     /// The `parameters` block: every parameter with its shape and constraint.
     fn parameters(&self) -> Result<ParamLayout, ModelError>;
 

@@ -87,6 +87,13 @@ impl EngineRng {
         self.choose(n, n)
     }
 
+    /// A new stream seeded by this one's next draw: one per chain of a sampler whose chains
+    /// advance at their own pace (or on their own threads), so each chain's draws do not depend
+    /// on the order the chains are served in.
+    pub fn split(&mut self) -> EngineRng {
+        Self::new(self.rng.random::<u64>())
+    }
+
     /// The underlying generator, for `rand` distributions.
     pub fn inner(&mut self) -> &mut impl Rng {
         &mut self.rng

@@ -4,12 +4,13 @@
 //! within them, and the generalized no-U-turn criterion checked across every merged pair of
 //! subtrees and their neighbours (Stan 2.26's extra checks); a diagonal metric; Stan's warm-up.
 //!
-//! Every chain builds its own tree, but all chains take their leapfrog steps together: one
-//! batched `log_prob` and score of the model on `[chains, dim]` per step, the tree bookkeeping on
-//! the host in `f64` per chain (small vectors). A chain whose tree is finished waits, its row
-//! held at its current draw, until every chain's tree is done; the recursion of Stan's
-//! `build_tree` is unrolled into a stack of completed subtrees, merged as a binary counter
-//! carries, so each chain advances one leaf per batched call.
+//! Every chain builds its own tree, with its own random stream. The chains are split over
+//! threads (one per core by default); within a thread, every chain that waits on the model has
+//! its row in one batched `log_prob` and score of `[rows, dim]`, the tree bookkeeping on the host
+//! in `f64` per chain (small vectors). A chain whose tree is done starts its next transition at
+//! once rather than waiting for the others' deeper trees; the recursion of Stan's `build_tree`
+//! is unrolled into a stack of completed subtrees, merged as a binary counter carries, so each
+//! chain advances one leaf per batched call.
 //!
 //! Warm-up (Stan's `adapt_diag_e_nuts`): the step size by dual averaging (Hoffman & Gelman 2014,
 //! Sec. 3.2.1, eqs. 5-6, with `gamma = 0.05`, `t0 = 10`, `kappa = 0.75`, `mu = log(10 eps)`,
@@ -58,8 +59,11 @@ pub enum NutsInit {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct NutsConfig {
-    /// Chains, all advanced together.
+    /// Chains.
     pub chains: usize,
+    /// Threads the chains are split over (each thread's chains share its batched model calls);
+    /// 0: one per core, at most one per chain. The draws do not depend on it.
+    pub threads: usize,
     /// Warm-up iterations per chain (adaptation; not kept).
     pub warmup: usize,
     /// Kept draws per chain.
@@ -78,6 +82,7 @@ impl Default for NutsConfig {
     fn default() -> Self {
         Self {
             chains: 4,
+            threads: 0,
             warmup: 1000,
             draws: 1000,
             max_depth: 10,
@@ -368,22 +373,23 @@ impl Welford {
     }
 }
 
-/// The batched model: one `log_prob` and score of every chain's row per call.
+/// The model on one group of chains: one `log_prob` and score of every row a chain of the group
+/// is waiting on, per call.
 struct Batched<'a> {
     model: &'a dyn LogDensity,
     device: &'a Device,
     dim: usize,
-    chains: usize,
     calls: usize,
     seconds: f64,
 }
 
 impl Batched<'_> {
-    /// `(log p, grad)` at the rows `q` (`chains * dim`, row-major); a non-finite log density
+    /// `(log p, grad)` at the rows `q` (`rows * dim`, row-major); a non-finite log density
     /// stays as it is (the caller treats it as infinite energy).
     fn eval(&mut self, q: &[f64]) -> Result<(Vec<f64>, Vec<f64>), InferError> {
         let started = Instant::now();
-        let x = matrix_from_vec(q.iter().map(|&v| v as f32).collect(), self.chains, self.dim, self.device);
+        let rows = q.len() / self.dim;
+        let x = matrix_from_vec(q.iter().map(|&v| v as f32).collect(), rows, self.dim, self.device);
         let s = score(self.model, x, None)?;
         let lp = to_vec_f32(&s.log_prob).into_iter().map(f64::from).collect();
         let grad = to_vec_f32(&s.grad).into_iter().map(f64::from).collect();
@@ -404,8 +410,222 @@ struct Chain {
     gradients: usize,
 }
 
+/// What a chain is doing between two model calls.
+enum Stage {
+    /// Stan's `init_stepsize`: one leapfrog step from the current point with a fresh momentum
+    /// per trial; the step size doubles while the acceptance `exp(H0 - H)` stays above 0.8 (or
+    /// halves while it stays below) and the search stops at the first crossing. `direction` is
+    /// set by the first trial; `trial` holds the pending step's `H0` and half-step momentum;
+    /// `restart` says whether dual averaging restarts from the found size (at a window's end).
+    Search { direction: Option<f64>, trial: Option<(f64, Vec<f64>)>, restart: bool },
+    /// A transition's tree, and the pending leaf's half-step momentum.
+    Tree { tree: Box<Tree>, p_half: Vec<f64> },
+    /// Every iteration done.
+    Finished,
+}
+
+/// One chain's whole run: its sampler state, its own random stream, where it is, and what it
+/// has kept.
+struct ChainRun {
+    /// The chain's number (0-based), for messages.
+    index: usize,
+    chain: Chain,
+    rng: EngineRng,
+    stage: Stage,
+    /// Transitions completed (warm-up and kept).
+    iteration: usize,
+    draws: Vec<f64>,
+    log_prob: Vec<f64>,
+    divergences: usize,
+    max_depth_hits: usize,
+    depth_sum: f64,
+    accept_sum: f64,
+    energy: Vec<f64>,
+}
+
+impl ChainRun {
+    /// The position this chain needs the model's log density and gradient at next, if any.
+    fn request(&mut self) -> Option<Vec<f64>> {
+        let (step, inv_metric) = (self.chain.step, &self.chain.inv_metric);
+        match &mut self.stage {
+            Stage::Finished => None,
+            Stage::Search { trial, .. } => {
+                let mut start = self.chain.point.clone();
+                start.p = draw_momentum(inv_metric, &mut self.rng);
+                let h0 = hamiltonian(&start, inv_metric);
+                let (p_half, q) = half_step(&start, step, inv_metric);
+                *trial = Some((h0, p_half));
+                Some(q)
+            }
+            Stage::Tree { tree, p_half } => {
+                let (half, q) = half_step(&tree.frontier, tree.dir * step, inv_metric);
+                *p_half = half;
+                Some(q)
+            }
+        }
+    }
+
+    /// Takes the model's answer at the requested position `q` and moves the chain on: the
+    /// step-size search's next trial, the tree's next leaf, or (a tree done) the transition's
+    /// adaptation and record and the next transition.
+    fn receive(&mut self, q: &[f64], log_prob: f64, grad: &[f64], config: &NutsConfig) -> Result<(), InferError> {
+        self.chain.gradients += 1;
+        match std::mem::replace(&mut self.stage, Stage::Finished) {
+            Stage::Finished => {}
+            Stage::Search { direction, trial, restart } => {
+                let (h0, p_half) = trial.expect("a search trial was requested");
+                let chain = &mut self.chain;
+                let p: Vec<f64> = p_half.iter().zip(grad).map(|(p, g)| p + 0.5 * chain.step * g).collect();
+                let end = Point { q: q.to_vec(), p, grad: grad.to_vec(), log_prob };
+                let delta = h0 - hamiltonian(&end, &chain.inv_metric);
+                let threshold = 0.8f64.ln();
+                // The first trial sets the direction; the search stops at the first crossing of
+                // 0.8 (a NaN energy counts as one), as Stan's loop does.
+                let dir = direction.unwrap_or(if delta > threshold { 1.0 } else { -1.0 });
+                let (above, below) = (delta > threshold, delta < threshold);
+                let crossed = (dir > 0.0 && !above) || (dir < 0.0 && !below);
+                if !crossed {
+                    chain.step = if dir > 0.0 { 2.0 * chain.step } else { 0.5 * chain.step };
+                }
+                let (direction, searching) = (dir, !crossed);
+                if chain.step > 1e7 {
+                    return Err(InferError::Numerical(format!(
+                        "nuts: chain {}'s step size grew past 1e7 in the step-size search: the posterior is improper (check the model)",
+                        self.index + 1
+                    )));
+                }
+                if chain.step == 0.0 {
+                    return Err(InferError::Numerical(format!(
+                        "nuts: chain {}'s step size fell to 0 in the step-size search: no finite leapfrog step from its position",
+                        self.index + 1
+                    )));
+                }
+                if searching {
+                    self.stage = Stage::Search { direction: Some(direction), trial: None, restart };
+                } else {
+                    if restart {
+                        chain.adapt.mu = (10.0 * chain.step).ln();
+                        chain.adapt.restart();
+                    }
+                    self.begin_transition(config);
+                }
+            }
+            Stage::Tree { mut tree, p_half } => {
+                let eps = tree.dir * self.chain.step;
+                let p: Vec<f64> = p_half.iter().zip(grad).map(|(p, g)| p + 0.5 * eps * g).collect();
+                let leaf = Point { q: q.to_vec(), p, grad: grad.to_vec(), log_prob };
+                grow(&mut tree, leaf, &self.chain.inv_metric, config.max_depth, &mut self.rng);
+                if tree.done {
+                    self.finish_transition(*tree, config);
+                } else {
+                    self.stage = Stage::Tree { tree, p_half: vec![] };
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A fresh momentum and a one-point tree at the current draw, or `Finished` when every
+    /// iteration is done.
+    fn begin_transition(&mut self, config: &NutsConfig) {
+        if self.iteration == config.warmup + config.draws {
+            self.stage = Stage::Finished;
+            return;
+        }
+        let chain = &self.chain;
+        let mut z = chain.point.clone();
+        z.p = draw_momentum(&chain.inv_metric, &mut self.rng);
+        let sharp: Vec<f64> = z.p.iter().zip(&chain.inv_metric).map(|(p, v)| p * v).collect();
+        let h0 = hamiltonian(&z, &chain.inv_metric);
+        let dir = if self.rng.uniform() > 0.5 { 1.0 } else { -1.0 };
+        let tree = Tree {
+            ends: [z.clone(), z.clone()],
+            sharp: [sharp.clone(), sharp],
+            rho: z.p.clone(),
+            log_w: 0.0,
+            sample: z.clone(),
+            h0,
+            depth: 0,
+            dir,
+            wanted: 1,
+            built: 0,
+            frontier: z,
+            stack: vec![],
+            done: false,
+            divergent: false,
+            leapfrogs: 0,
+            sum_metro: 0.0,
+        };
+        self.stage = Stage::Tree { tree: Box::new(tree), p_half: vec![] };
+    }
+
+    /// The tree's draw becomes the chain's point; in warm-up the step size and (at a window's
+    /// end, Stan's `learn_variance`) the metric adapt, else the draw and its statistics are
+    /// kept; then the next transition, or the step-size search a new metric asks for.
+    fn finish_transition(&mut self, tree: Tree, config: &NutsConfig) {
+        let chain = &mut self.chain;
+        let energy = hamiltonian(&tree.sample, &chain.inv_metric);
+        let accept = tree.sum_metro / tree.leapfrogs.max(1) as f64;
+        chain.point = tree.sample;
+        let warming = self.iteration < config.warmup;
+        let mut search = false;
+        if warming {
+            chain.step = chain.adapt.learn(accept);
+            let w = &mut chain.windows;
+            if w.in_window() {
+                chain.estimator.add(&chain.point.q);
+            }
+            if w.end_of_window() {
+                w.compute_next_window();
+                let e = &chain.estimator;
+                let n = e.n;
+                for (v, s) in chain.inv_metric.iter_mut().zip(&e.m2) {
+                    let var = if n > 1.0 { s / (n - 1.0) } else { 1.0 };
+                    *v = (n / (n + 5.0)) * var + 1e-3 * (5.0 / (n + 5.0));
+                }
+                chain.estimator = Welford::new(chain.inv_metric.len());
+                search = true;
+            }
+            chain.windows.counter += 1;
+            if self.iteration + 1 == config.warmup {
+                chain.step = chain.adapt.x_bar.exp();
+            }
+        } else {
+            self.draws.extend_from_slice(&chain.point.q);
+            self.log_prob.push(chain.point.log_prob);
+            self.divergences += usize::from(tree.divergent);
+            self.max_depth_hits += usize::from(tree.depth >= config.max_depth);
+            self.depth_sum += tree.depth as f64;
+            self.accept_sum += accept;
+            self.energy.push(energy);
+        }
+        self.iteration += 1;
+        if search {
+            self.stage = Stage::Search { direction: None, trial: None, restart: true };
+        } else {
+            self.begin_transition(config);
+        }
+    }
+}
+
+/// Threads the chains run on: `threads` if set, else one per core; never more than the chains.
+fn thread_count(config: &NutsConfig) -> usize {
+    let wanted = if config.threads > 0 {
+        config.threads
+    } else {
+        std::thread::available_parallelism().map(std::num::NonZeroUsize::get).unwrap_or(1)
+    };
+    wanted.clamp(1, config.chains)
+}
+
 /// Runs NUTS on `model` (full data, no minibatches): `config.chains` chains from `inits` (`chains
 /// x dim` row-major) or from uniform inits, `warmup` adaptation iterations, then `draws` kept.
+///
+/// The chains are split into groups, one per thread ([`NutsConfig::threads`]); within a group
+/// every chain that waits on the model has its row in one batched call, and a chain whose tree
+/// is done starts its next transition at once, so no chain waits for another's deeper tree.
+/// Each chain has its own random stream (split from `rng` in chain order), so the draws do not
+/// depend on the number of threads.
 pub fn nuts(
     model: &dyn LogDensity,
     config: &NutsConfig,
@@ -416,104 +636,149 @@ pub fn nuts(
     config.validate()?;
     let started = Instant::now();
     let (m, d) = (config.chains, model.dim());
-    let mut batched = Batched { model, device, dim: d, chains: m, calls: 0, seconds: 0.0 };
-    let starts = initial_points(&mut batched, config, inits, rng)?;
-    let mut chains: Vec<Chain> = starts
-        .into_iter()
-        .map(|point| Chain {
-            point,
-            step: 1.0,
-            inv_metric: vec![1.0; d],
-            // Stan sets mu = log(10 eps) from the user's initial step size (1) before the search.
-            adapt: DualAveraging { mu: 10f64.ln(), s_bar: 0.0, x_bar: 0.0, counter: 0.0, delta: config.target_accept },
-            windows: Windows::new(config.warmup),
-            estimator: Welford::new(d),
-            gradients: 1,
+    if let Some(rows) = inits
+        && rows.len() != m * d
+    {
+        return Err(InferError::setting(
+            "init",
+            format!("{} init values do not fill {m} chains of {d} coordinates", rows.len()),
+        ));
+    }
+    let mut runs: Vec<ChainRun> = (0..m)
+        .map(|index| ChainRun {
+            index,
+            chain: Chain {
+                point: Point { q: vec![], p: vec![], grad: vec![], log_prob: f64::NAN },
+                step: 1.0,
+                inv_metric: vec![1.0; d],
+                // Stan sets mu = log(10 eps) from the user's initial step size (1) before the search.
+                adapt: DualAveraging {
+                    mu: 10f64.ln(),
+                    s_bar: 0.0,
+                    x_bar: 0.0,
+                    counter: 0.0,
+                    delta: config.target_accept,
+                },
+                windows: Windows::new(config.warmup),
+                estimator: Welford::new(d),
+                gradients: 0,
+            },
+            rng: rng.split(),
+            stage: Stage::Finished,
+            iteration: 0,
+            draws: Vec::with_capacity(config.draws * d),
+            log_prob: Vec::with_capacity(config.draws),
+            divergences: 0,
+            max_depth_hits: 0,
+            depth_sum: 0.0,
+            accept_sum: 0.0,
+            energy: Vec::with_capacity(config.draws),
         })
         .collect();
-    let all = vec![true; m];
-    if config.warmup > 0 {
-        find_step_sizes(&mut batched, &mut chains, &all, rng)?;
+    let threads = thread_count(config);
+    let per_group = m.div_ceil(threads);
+    let run_group = |group: &mut [ChainRun]| -> Result<(usize, f64), InferError> {
+        let first = group[0].index;
+        let group_inits = inits.map(|rows| &rows[first * d..(first + group.len()) * d]);
+        let mut batched = Batched { model, device, dim: d, calls: 0, seconds: 0.0 };
+        run_chains(&mut batched, group, config, group_inits)?;
+        Ok((batched.calls, batched.seconds))
+    };
+    let accounts: Vec<Result<(usize, f64), InferError>> = if threads == 1 {
+        vec![run_group(&mut runs)]
+    } else {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = runs.chunks_mut(per_group).map(|group| scope.spawn(|| run_group(group))).collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| Err(InferError::Numerical("nuts: a chain's thread panicked".into())))
+                })
+                .collect()
+        })
+    };
+    let (mut calls, mut model_seconds) = (0, 0.0);
+    for account in accounts {
+        let (c, s) = account?;
+        calls += c;
+        model_seconds += s;
     }
-    let mut draws = Vec::with_capacity(config.draws * m * d);
-    let mut log_prob = Vec::with_capacity(config.draws * m);
-    let mut stats = vec![(0usize, 0usize, 0.0f64, 0.0f64, Vec::with_capacity(config.draws)); m];
-    for iteration in 0..config.warmup + config.draws {
-        let warming = iteration < config.warmup;
-        let outcomes = transition(&mut batched, &mut chains, config.max_depth, rng)?;
-        let mut search = vec![false; m];
-        for (c, (chain, out)) in chains.iter_mut().zip(&outcomes).enumerate() {
-            chain.gradients += out.leapfrogs;
-            if warming {
-                chain.step = chain.adapt.learn(out.accept);
-                // Stan's `learn_variance`: add the draw inside a window; at a window's end the
-                // regularised variance becomes the inverse metric.
-                let w = &mut chain.windows;
-                if w.in_window() {
-                    chain.estimator.add(&chain.point.q);
-                }
-                if w.end_of_window() {
-                    w.compute_next_window();
-                    let e = &chain.estimator;
-                    let n = e.n;
-                    for (v, s) in chain.inv_metric.iter_mut().zip(&e.m2) {
-                        let var = if n > 1.0 { s / (n - 1.0) } else { 1.0 };
-                        *v = (n / (n + 5.0)) * var + 1e-3 * (5.0 / (n + 5.0));
-                    }
-                    chain.estimator = Welford::new(d);
-                    search[c] = true;
-                }
-                chain.windows.counter += 1;
-                if iteration + 1 == config.warmup {
-                    chain.step = chain.adapt.x_bar.exp();
-                }
-            } else {
-                draws.extend_from_slice(&chain.point.q);
-                log_prob.push(chain.point.log_prob);
-                let st = &mut stats[c];
-                st.0 += usize::from(out.divergent);
-                st.1 += usize::from(out.depth >= config.max_depth);
-                st.2 += out.depth as f64;
-                st.3 += out.accept;
-                st.4.push(out.energy);
-            }
-        }
-        if search.iter().any(|&s| s) {
-            find_step_sizes(&mut batched, &mut chains, &search, rng)?;
-            for (chain, _) in chains.iter_mut().zip(&search).filter(|(_, s)| **s) {
-                chain.adapt.mu = (10.0 * chain.step).ln();
-                chain.adapt.restart();
-            }
+    let n = config.draws;
+    // Snapshot-major: draw s of chain c in row s * chains + c.
+    let mut draws = Vec::with_capacity(n * m * d);
+    let mut log_prob = Vec::with_capacity(n * m);
+    for s in 0..n {
+        for run in &runs {
+            draws.extend_from_slice(&run.draws[s * d..(s + 1) * d]);
+            log_prob.push(run.log_prob[s]);
         }
     }
-    let n = config.draws as f64;
-    let chain_reports: Vec<ChainReport> = chains
+    let chain_reports: Vec<ChainReport> = runs
         .iter()
-        .zip(&stats)
-        .map(|(chain, st)| ChainReport {
-            step_size: chain.step,
-            inv_metric: chain.inv_metric.clone(),
-            divergences: st.0,
-            max_depth_hits: st.1,
-            mean_tree_depth: st.2 / n,
-            mean_accept_stat: st.3 / n,
-            e_bfmi: e_bfmi(&st.4),
-            gradients: chain.gradients,
+        .map(|run| ChainReport {
+            step_size: run.chain.step,
+            inv_metric: run.chain.inv_metric.clone(),
+            divergences: run.divergences,
+            max_depth_hits: run.max_depth_hits,
+            mean_tree_depth: run.depth_sum / n as f64,
+            mean_accept_stat: run.accept_sum / n as f64,
+            e_bfmi: e_bfmi(&run.energy),
+            gradients: run.chain.gradients,
         })
         .collect();
     let warnings = stan_warnings(&chain_reports, config);
     Ok(NutsRun {
         dim: d,
         chains: m,
-        draws_per_chain: config.draws,
+        draws_per_chain: n,
         draws,
         log_prob,
         chain_reports,
-        batched_calls: batched.calls,
+        batched_calls: calls,
         seconds: started.elapsed().as_secs_f64(),
-        model_seconds: batched.seconds,
+        model_seconds,
         warnings,
     })
+}
+
+/// One group's chains from their starts to their last draw: each call evaluates the model at
+/// the rows the chains wait on, then each chain takes its answer and moves on.
+fn run_chains(
+    batched: &mut Batched<'_>,
+    runs: &mut [ChainRun],
+    config: &NutsConfig,
+    inits: Option<&[f64]>,
+) -> Result<(), InferError> {
+    let d = batched.dim;
+    let starts = initial_points(batched, runs, config, inits)?;
+    for (run, point) in runs.iter_mut().zip(starts) {
+        run.chain.point = point;
+        run.chain.gradients = 1;
+        if config.warmup > 0 {
+            run.stage = Stage::Search { direction: None, trial: None, restart: false };
+        } else {
+            run.begin_transition(config);
+        }
+    }
+    let mut q = Vec::with_capacity(runs.len() * d);
+    let mut waiting = Vec::with_capacity(runs.len());
+    loop {
+        q.clear();
+        waiting.clear();
+        for (i, run) in runs.iter_mut().enumerate() {
+            if let Some(row) = run.request() {
+                q.extend_from_slice(&row);
+                waiting.push(i);
+            }
+        }
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        let (lp, grad) = batched.eval(&q)?;
+        for (k, &i) in waiting.iter().enumerate() {
+            runs[i].receive(&q[k * d..(k + 1) * d], lp[k], &grad[k * d..(k + 1) * d], config)?;
+        }
+    }
 }
 
 /// `sum (E_n - E_{n-1})^2 / sum (E_n - mean E)^2` (Betancourt 2016, eq. 3.6 as Stan computes it).
@@ -562,25 +827,23 @@ fn stan_warnings(reports: &[ChainReport], config: &NutsConfig) -> Vec<String> {
 }
 
 /// Chains' starting points: the given rows, or uniform(-r, r) redrawn up to 100 times per chain
-/// until the log density and its gradient are finite (Stan's `initialize`).
+/// (from the chain's own stream) until the log density and its gradient are finite (Stan's
+/// `initialize`).
 fn initial_points(
     batched: &mut Batched<'_>,
+    runs: &mut [ChainRun],
     config: &NutsConfig,
     inits: Option<&[f64]>,
-    rng: &mut EngineRng,
 ) -> Result<Vec<Point>, InferError> {
-    let (m, d) = (batched.chains, batched.dim);
+    let (m, d) = (runs.len(), batched.dim);
     const TRIES: usize = 100;
     let r = config.init_radius;
     let mut q: Vec<f64> = match inits {
-        Some(rows) if rows.len() == m * d => rows.to_vec(),
-        Some(rows) => {
-            return Err(InferError::setting(
-                "init",
-                format!("{} init values do not fill {m} chains of {d} coordinates", rows.len()),
-            ));
-        }
-        None => (0..m * d).map(|_| r * (2.0 * rng.uniform() - 1.0)).collect(),
+        Some(rows) => rows.to_vec(),
+        None => runs
+            .iter_mut()
+            .flat_map(|run| (0..d).map(|_| r * (2.0 * run.rng.uniform() - 1.0)).collect::<Vec<_>>())
+            .collect(),
     };
     let mut attempt = 1;
     loop {
@@ -607,13 +870,13 @@ fn initial_points(
             let c = bad[0];
             return Err(InferError::Numerical(format!(
                 "nuts: chain {} has no finite log density and gradient {how} (log density {})",
-                c + 1,
+                runs[c].index + 1,
                 lp[c]
             )));
         }
         for &c in &bad {
             for v in &mut q[c * d..(c + 1) * d] {
-                *v = r * (2.0 * rng.uniform() - 1.0);
+                *v = r * (2.0 * runs[c].rng.uniform() - 1.0);
             }
         }
         attempt += 1;
@@ -641,162 +904,6 @@ fn half_step(from: &Point, eps: f64, inv_metric: &[f64]) -> (Vec<f64>, Vec<f64>)
     let p_half: Vec<f64> = from.p.iter().zip(&from.grad).map(|(p, g)| p + 0.5 * eps * g).collect();
     let q: Vec<f64> = from.q.iter().zip(&p_half).zip(inv_metric).map(|((q, p), v)| q + eps * v * p).collect();
     (p_half, q)
-}
-
-/// Stan's `init_stepsize` for the chains marked in `which`, in lockstep: from each chain's
-/// current point, one leapfrog step with a fresh momentum; the step size doubles while the
-/// acceptance `exp(H0 - H)` stays above 0.8 (or halves while it stays below) and stops at the
-/// first crossing.
-fn find_step_sizes(
-    batched: &mut Batched<'_>,
-    chains: &mut [Chain],
-    which: &[bool],
-    rng: &mut EngineRng,
-) -> Result<(), InferError> {
-    let (m, d) = (batched.chains, batched.dim);
-    let mut direction: Vec<Option<f64>> = vec![None; m];
-    let mut searching = which.to_vec();
-    let threshold = 0.8f64.ln();
-    while searching.iter().any(|&s| s) {
-        let mut q = Vec::with_capacity(m * d);
-        let mut pending = Vec::with_capacity(m);
-        for (c, chain) in chains.iter().enumerate() {
-            if searching[c] {
-                let mut start = chain.point.clone();
-                start.p = draw_momentum(&chain.inv_metric, rng);
-                let h0 = hamiltonian(&start, &chain.inv_metric);
-                let (p_half, q_new) = half_step(&start, chain.step, &chain.inv_metric);
-                q.extend_from_slice(&q_new);
-                pending.push(Some((h0, p_half, q_new)));
-            } else {
-                q.extend_from_slice(&chain.point.q);
-                pending.push(None);
-            }
-        }
-        let (lp, grad) = batched.eval(&q)?;
-        for (c, chain) in chains.iter_mut().enumerate() {
-            let Some((h0, p_half, q_new)) = pending[c].take() else { continue };
-            chain.gradients += 1;
-            let g = &grad[c * d..(c + 1) * d];
-            let p: Vec<f64> = p_half.iter().zip(g).map(|(p, g)| p + 0.5 * chain.step * g).collect();
-            let end = Point { q: q_new, p, grad: g.to_vec(), log_prob: lp[c] };
-            let delta = h0 - hamiltonian(&end, &chain.inv_metric);
-            match direction[c] {
-                None => direction[c] = Some(if delta > threshold { 1.0 } else { -1.0 }),
-                Some(dir) => {
-                    // Stops at the first crossing of 0.8 (a NaN energy counts as one).
-                    let (above, below) = (delta > threshold, delta < threshold);
-                    if (dir > 0.0 && !above) || (dir < 0.0 && !below) {
-                        searching[c] = false;
-                    } else {
-                        chain.step = if dir > 0.0 { 2.0 * chain.step } else { 0.5 * chain.step };
-                    }
-                }
-            }
-            if chain.step > 1e7 {
-                return Err(InferError::Numerical(format!(
-                    "nuts: chain {}'s step size grew past 1e7 in the step-size search: the posterior is improper (check the model)",
-                    c + 1
-                )));
-            }
-            if chain.step == 0.0 {
-                return Err(InferError::Numerical(format!(
-                    "nuts: chain {}'s step size fell to 0 in the step-size search: no finite leapfrog step from its position",
-                    c + 1
-                )));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// What one transition of one chain reports.
-struct Outcome {
-    accept: f64,
-    depth: usize,
-    leapfrogs: usize,
-    divergent: bool,
-    energy: f64,
-}
-
-/// One NUTS transition of every chain, all trees grown in lockstep (one batched model call per
-/// leaf); each chain's `point` becomes its new draw.
-fn transition(
-    batched: &mut Batched<'_>,
-    chains: &mut [Chain],
-    max_depth: usize,
-    rng: &mut EngineRng,
-) -> Result<Vec<Outcome>, InferError> {
-    let (m, d) = (batched.chains, batched.dim);
-    let mut trees: Vec<Tree> = chains
-        .iter()
-        .map(|chain| {
-            let mut z = chain.point.clone();
-            z.p = draw_momentum(&chain.inv_metric, rng);
-            let sharp: Vec<f64> = z.p.iter().zip(&chain.inv_metric).map(|(p, v)| p * v).collect();
-            let h0 = hamiltonian(&z, &chain.inv_metric);
-            let dir = if rng.uniform() > 0.5 { 1.0 } else { -1.0 };
-            Tree {
-                ends: [z.clone(), z.clone()],
-                sharp: [sharp.clone(), sharp],
-                rho: z.p.clone(),
-                log_w: 0.0,
-                sample: z.clone(),
-                h0,
-                depth: 0,
-                dir,
-                wanted: 1,
-                built: 0,
-                frontier: z,
-                stack: vec![],
-                done: false,
-                divergent: false,
-                leapfrogs: 0,
-                sum_metro: 0.0,
-            }
-        })
-        .collect();
-    let mut q = vec![0.0; m * d];
-    let mut halves: Vec<Vec<f64>> = vec![vec![]; m];
-    while trees.iter().any(|t| !t.done) {
-        for (c, (tree, chain)) in trees.iter().zip(chains.iter()).enumerate() {
-            let row = &mut q[c * d..(c + 1) * d];
-            if tree.done {
-                // Masked: the row holds the chain's current draw.
-                row.copy_from_slice(&tree.sample.q);
-            } else {
-                let (p_half, q_new) = half_step(&tree.frontier, tree.dir * chain.step, &chain.inv_metric);
-                row.copy_from_slice(&q_new);
-                halves[c] = p_half;
-            }
-        }
-        let (lp, grad) = batched.eval(&q)?;
-        for (c, (tree, chain)) in trees.iter_mut().zip(chains.iter()).enumerate() {
-            if tree.done {
-                continue;
-            }
-            let g = &grad[c * d..(c + 1) * d];
-            let eps = tree.dir * chain.step;
-            let p: Vec<f64> = halves[c].iter().zip(g).map(|(p, g)| p + 0.5 * eps * g).collect();
-            let leaf = Point { q: q[c * d..(c + 1) * d].to_vec(), p, grad: g.to_vec(), log_prob: lp[c] };
-            grow(tree, leaf, &chain.inv_metric, max_depth, rng);
-        }
-    }
-    Ok(trees
-        .into_iter()
-        .zip(chains.iter_mut())
-        .map(|(tree, chain)| {
-            let energy = hamiltonian(&tree.sample, &chain.inv_metric);
-            chain.point = tree.sample;
-            Outcome {
-                accept: tree.sum_metro / tree.leapfrogs.max(1) as f64,
-                depth: tree.depth,
-                leapfrogs: tree.leapfrogs,
-                divergent: tree.divergent,
-                energy,
-            }
-        })
-        .collect())
 }
 
 /// Adds one leaf to a chain's tree: Stan's `build_tree` base case, then the merges its recursion
