@@ -32,6 +32,14 @@ pub use parvi_infer as infer;
 pub use parvi_model as model;
 pub use parvi_models as models;
 
+/// mimalloc serves every allocation of a program linked with parvi's `mimalloc` feature (on by
+/// default): the parvi binary, a model executable (`cli::run`), the examples. Burn's autodiff
+/// makes a few hundred small allocations per score; on a small model that allocation is a
+/// quarter of the call. Turn the feature off to bring your own `#[global_allocator]`.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod memory;

@@ -6,44 +6,64 @@
 //! pages in again and the kernel zeroes each one, a large part of a large model's step
 //! (docs/benchmarks.md, "Freed memory kept", measures it). [`keep_freed_memory`] keeps that
 //! memory in the process instead, as PyTorch's and JAX's caching allocators do: the price is a
-//! resident size that stays near its peak.
+//! resident size that stays near its peak. With the `mimalloc` feature (on by default) the
+//! allocator is mimalloc, and the same policy is its `purge_delay` of -1.
 
 /// What [`keep_freed_memory`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AllocatorPolicy {
-    /// Freed memory stays in the process (glibc's thresholds raised).
+    /// Freed memory stays in the process (glibc's thresholds raised, or mimalloc's purging off).
     KeepFreed,
-    /// Left as it was: the user set glibc's own variables (`GLIBC_TUNABLES` or a `MALLOC_*_`
-    /// threshold), which win.
+    /// Left as it was: the user set the allocator's own variables (`GLIBC_TUNABLES`, a
+    /// `MALLOC_*_` threshold, `MIMALLOC_PURGE_DELAY`), which win.
     UserSettings,
     /// Not glibc on Linux: the platform's allocator is left alone.
     Unsupported,
 }
 
 /// Largest heap top kept free before it is returned to the kernel.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[cfg(all(target_os = "linux", target_env = "gnu", not(feature = "mimalloc")))]
 const TRIM_THRESHOLD: usize = 1 << 30;
 /// Requests below this size come from the heap (reused) rather than a fresh `mmap`.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[cfg(all(target_os = "linux", target_env = "gnu", not(feature = "mimalloc")))]
 const MMAP_THRESHOLD: usize = 1 << 30;
 /// The heap grows by at least this much at a time.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[cfg(all(target_os = "linux", target_env = "gnu", not(feature = "mimalloc")))]
 const TOP_PAD: usize = 64 << 20;
 
 /// Raises glibc's `mmap`, trim and top-pad thresholds so that freed buffers are reused by the
 /// next step rather than returned to the kernel and faulted in again. The `parvi` binary calls
 /// it first thing; a library user with long runs calls it at the start of `main`. It leaves a
-/// user's own `GLIBC_TUNABLES` / `MALLOC_*_` settings alone.
+/// user's own `GLIBC_TUNABLES` / `MALLOC_*_` / `MIMALLOC_PURGE_DELAY` settings alone.
 pub fn keep_freed_memory() -> AllocatorPolicy {
-    const USER_VARIABLES: [&str; 4] =
-        ["GLIBC_TUNABLES", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_"];
+    const USER_VARIABLES: [&str; 5] = [
+        "GLIBC_TUNABLES",
+        "MALLOC_MMAP_THRESHOLD_",
+        "MALLOC_TRIM_THRESHOLD_",
+        "MALLOC_TOP_PAD_",
+        "MIMALLOC_PURGE_DELAY",
+    ];
     if USER_VARIABLES.iter().any(|v| std::env::var_os(v).is_some()) {
         return AllocatorPolicy::UserSettings;
     }
     set_thresholds()
 }
 
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
+/// mimalloc's `purge_delay` option (`mi_option_purge_delay` in its `mimalloc.h`): -1 never
+/// returns freed memory to the kernel.
+#[cfg(feature = "mimalloc")]
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// With mimalloc as the allocator (the `mimalloc` feature), the same policy is its `purge_delay`
+/// of -1: freed pages stay committed for the next step.
+#[cfg(feature = "mimalloc")]
+fn set_thresholds() -> AllocatorPolicy {
+    // SAFETY: `mi_option_set` only stores an option's value; it may be called at any time.
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
+    AllocatorPolicy::KeepFreed
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu", not(feature = "mimalloc")))]
 fn set_thresholds() -> AllocatorPolicy {
     let as_int = |v: usize| libc::c_int::try_from(v).unwrap_or(libc::c_int::MAX);
     // SAFETY: `mallopt` only changes the allocator's parameters; it may be called at any time,
@@ -59,7 +79,7 @@ fn set_thresholds() -> AllocatorPolicy {
     AllocatorPolicy::KeepFreed
 }
 
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+#[cfg(not(any(feature = "mimalloc", all(target_os = "linux", target_env = "gnu"))))]
 fn set_thresholds() -> AllocatorPolicy {
     AllocatorPolicy::Unsupported
 }
