@@ -1,6 +1,6 @@
 //! Cost of one score (log density and its gradient by autodiff) of a posteriordb model: for 100
 //! particles at once, as a particle engine evaluates it, for 4 positions, as the NUTS engine's 4
-//! chains in lockstep do, and for one position, as one chain (and Stan) does. Stan's own figure
+//! chains batched together do, and for one position, as one chain (and Stan) does. Stan's own figure
 //! beside it: `scripts/stan_gradient.py` (issue 44, item 4).
 //!
 //! ```sh

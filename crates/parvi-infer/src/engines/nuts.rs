@@ -1,4 +1,4 @@
-//! The No-U-Turn sampler as Stan runs it, on many chains in lockstep: multinomial NUTS
+//! The No-U-Turn sampler as Stan runs it, on many chains batched together: multinomial NUTS
 //! (Betancourt 2017, "A Conceptual Introduction to Hamiltonian Monte Carlo", Sec. A.3-A.4; Stan's
 //! `base_nuts`) with biased progressive sampling between subtrees, uniform progressive sampling
 //! within them, and the generalized no-U-turn criterion checked across every merged pair of
@@ -154,11 +154,12 @@ pub struct NutsRun {
     pub log_prob: Vec<f64>,
     /// Per chain.
     pub chain_reports: Vec<ChainReport>,
-    /// Batched model calls (`[chains, dim]` each, with gradient).
+    /// Batched model calls over all threads (each with gradient, on the rows of the chains
+    /// waiting on the model).
     pub batched_calls: usize,
-    /// Seconds of the whole run, and of the batched model calls alone.
+    /// Wall seconds of the whole run.
     pub seconds: f64,
-    /// Seconds inside the batched model calls.
+    /// Seconds inside the batched model calls, summed over the threads.
     pub model_seconds: f64,
     /// Stan's warnings: divergences, tree depth, E-BFMI.
     pub warnings: Vec<String>,
@@ -444,25 +445,27 @@ struct ChainRun {
 }
 
 impl ChainRun {
-    /// The position this chain needs the model's log density and gradient at next, if any.
-    fn request(&mut self) -> Option<Vec<f64>> {
+    /// Appends the position this chain needs the model's log density and gradient at next to
+    /// `rows`; `false` when it needs none (finished).
+    fn request(&mut self, rows: &mut Vec<f64>) -> bool {
         let (step, inv_metric) = (self.chain.step, &self.chain.inv_metric);
         match &mut self.stage {
-            Stage::Finished => None,
+            Stage::Finished => return false,
             Stage::Search { trial, .. } => {
                 let mut start = self.chain.point.clone();
                 start.p = draw_momentum(inv_metric, &mut self.rng);
                 let h0 = hamiltonian(&start, inv_metric);
                 let (p_half, q) = half_step(&start, step, inv_metric);
                 *trial = Some((h0, p_half));
-                Some(q)
+                rows.extend_from_slice(&q);
             }
             Stage::Tree { tree, p_half } => {
                 let (half, q) = half_step(&tree.frontier, tree.dir * step, inv_metric);
                 *p_half = half;
-                Some(q)
+                rows.extend_from_slice(&q);
             }
         }
+        true
     }
 
     /// Takes the model's answer at the requested position `q` and moves the chain on: the
@@ -487,7 +490,6 @@ impl ChainRun {
                 if !crossed {
                     chain.step = if dir > 0.0 { 2.0 * chain.step } else { 0.5 * chain.step };
                 }
-                let (direction, searching) = (dir, !crossed);
                 if chain.step > 1e7 {
                     return Err(InferError::Numerical(format!(
                         "nuts: chain {}'s step size grew past 1e7 in the step-size search: the posterior is improper (check the model)",
@@ -500,8 +502,8 @@ impl ChainRun {
                         self.index + 1
                     )));
                 }
-                if searching {
-                    self.stage = Stage::Search { direction: Some(direction), trial: None, restart };
+                if !crossed {
+                    self.stage = Stage::Search { direction: Some(dir), trial: None, restart };
                 } else {
                     if restart {
                         chain.adapt.mu = (10.0 * chain.step).ln();
@@ -766,8 +768,7 @@ fn run_chains(
         q.clear();
         waiting.clear();
         for (i, run) in runs.iter_mut().enumerate() {
-            if let Some(row) = run.request() {
-                q.extend_from_slice(&row);
+            if run.request(&mut q) {
                 waiting.push(i);
             }
         }
