@@ -1,7 +1,7 @@
 //! The linear recurrence `x_t = a x_{t-1} + b_t` (an AR(1) latent, GARCH's variance) for 100
 //! particles: `scan::linear_scan` (`ceil(log2 T)` rounds of whole-row operations) beside the
-//! per-step loop a Stan program's `for (t in 2:T)` becomes when written with `narrow` and `cat`
-//! (one slice, one multiply-add per step). Each figure is the median ms of one score (the
+//! per-step loop a Stan program's `for (t in 2:T)` becomes (`scan::recurrence`: one slice, one
+//! multiply-add per step, one concatenation at the end). Each figure is the median ms of one score (the
 //! log density `-sum x_t^2 / 2` and its gradient with respect to `a` and every `b_t`, by
 //! autodiff) over 15 timed calls after 3 warm-up calls, on flex (the default backend).
 //!
@@ -18,23 +18,20 @@ use timing::median_ms;
 
 use anyhow::Result;
 use parvi::model::burn::tensor::Tensor;
-use parvi::model::scan::linear_scan;
+use parvi::model::scan::{linear_scan, recurrence};
 use parvi::model::tensor_ops::{matrix_from_vec, to_vec_f32};
 use parvi::model::{BackendKind, value_and_grad};
 
 const PARTICLES: usize = 100;
 
-/// `x_t = a x_{t-1} + b_t`, `x_0 = b_0`, one step at a time.
+/// `x_t = a x_{t-1} + b_t`, `x_0 = b_0`, one step at a time: `scan::recurrence`, the loop a
+/// non-linear recursion has to take.
 fn per_step(a: Tensor<2>, b: Tensor<2>) -> Tensor<2> {
-    let t = b.dims()[1];
-    let mut prev = b.clone().narrow(1, 0, 1);
-    let mut steps = Vec::with_capacity(t);
-    steps.push(prev.clone());
-    for step in 1..t {
-        prev = prev * a.clone() + b.clone().narrow(1, step, 1);
-        steps.push(prev.clone());
-    }
-    Tensor::cat(steps, 1)
+    let [n, t] = b.dims();
+    let init = Tensor::zeros([n, 1], (&b.device(), b.dtype()));
+    let xs = recurrence(init, t, |step, prev| Ok(prev * a.clone() + b.clone().narrow(1, step, 1)))
+        .expect("the state keeps its shape");
+    xs.reshape([n, t])
 }
 
 /// The score of `-sum_t x_t^2 / 2` for particles `[n, 1 + T]`: `a = 0.9 tanh(p_0)` (inside the

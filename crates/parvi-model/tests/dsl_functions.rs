@@ -13,11 +13,11 @@ use std::f64::consts::{LN_2, PI};
 use parvi_model::burn::tensor::{DType, Device, Tensor, TensorData};
 use parvi_model::dist::{
     BernoulliLogit, BernoulliLogitGlm, Beta, BetaBinomial, Binomial, BinomialLogitGlm, CategoricalLogit,
-    CategoricalLogitGlm, DirichletMultinomial, ExpModNormal, Frechet, Gamma, Gumbel, InvGamma, InvWishart,
-    InvWishartCholesky, Laplace, LkjCorr, LkjCorrCholesky, LogLogistic, LogNormal, LogProb, Logistic, MultiNormal,
-    MultiNormalPrec, MultiStudentT, Multinomial, NegBinomial, NegBinomial2, NegBinomial2LogGlm, NormalIdGlm,
-    OrderedLogistic, OrderedLogisticGlm, OrderedProbit, Pareto, ParetoType2, PoissonLog, PoissonLogGlm, Rayleigh,
-    SkewDoubleExponential, SkewNormal, StudentT, Uniform, VonMises, Weibull, Wishart, WishartCholesky,
+    CategoricalLogitGlm, DirichletMultinomial, ExpModNormal, Frechet, Gamma, GaussianDlmObs, Gumbel, InvGamma,
+    InvWishart, InvWishartCholesky, Laplace, LkjCorr, LkjCorrCholesky, LogLogistic, LogNormal, LogProb, Logistic,
+    MultiGp, MultiNormal, MultiNormalPrec, MultiStudentT, Multinomial, NegBinomial, NegBinomial2, NegBinomial2LogGlm,
+    NormalIdGlm, OrderedLogistic, OrderedLogisticGlm, OrderedProbit, Pareto, ParetoType2, PoissonLog, PoissonLogGlm,
+    Rayleigh, SkewDoubleExponential, SkewNormal, StudentT, Uniform, VonMises, Weibull, Wishart, WishartCholesky,
 };
 use parvi_model::functions::{
     Phi, Phi_approx, binary_log_loss, cumulative_sum, diag_pre_multiply, digamma, expm1, gamma_p, gamma_q, inc_beta,
@@ -28,7 +28,7 @@ use parvi_model::functions::{
 use parvi_model::grad::value_and_grad;
 use parvi_model::index::{IndexArray, gather};
 use parvi_model::linalg::{Matern, matern_cov, periodic_cov};
-use parvi_model::scan::linear_scan;
+use parvi_model::scan::{linear_scan, recurrence as scan_recurrence};
 use parvi_model::{BackendKind, ModelError};
 
 const EULER: f64 = 0.577_215_664_901_532_9;
@@ -2158,4 +2158,320 @@ fn matern_and_periodic_covariances_against_their_definitions() {
         Err(ModelError::InvalidParameter { dist: "gp_periodic_cov", name: "p", .. }) => {}
         other => panic!("expected an error naming p, got {other:?}"),
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Matrix Gaussian processes and dynamic linear models, against the joint normal density of all
+// observations written out in f64 (no filter): an independent route to the same number.
+
+/// Row-major `a` (`n x m`) times `b` (`m x p`).
+fn mat_mul(a: &[f64], b: &[f64], n: usize, m: usize, p: usize) -> Vec<f64> {
+    let mut out = vec![0.0; n * p];
+    for i in 0..n {
+        for j in 0..p {
+            out[i * p + j] = (0..m).map(|l| a[i * m + l] * b[l * p + j]).sum();
+        }
+    }
+    out
+}
+
+fn mat_t(a: &[f64], n: usize, m: usize) -> Vec<f64> {
+    (0..m * n).map(|idx| a[(idx % n) * m + idx / n]).collect()
+}
+
+/// `log N(y | mu, cov)` for a dense `cov` (`n x n`) by a textbook Cholesky, `-inf` if `cov` is
+/// not positive definite.
+fn mvn_logpdf_ref(y: &[f64], mu: &[f64], cov: &[f64]) -> f64 {
+    let n = y.len();
+    let mut l = vec![0.0; n * n];
+    for j in 0..n {
+        let mut s = cov[j * n + j] - (0..j).map(|k| l[j * n + k] * l[j * n + k]).sum::<f64>();
+        if s <= 0.0 {
+            return f64::NEG_INFINITY;
+        }
+        s = s.sqrt();
+        l[j * n + j] = s;
+        for i in j + 1..n {
+            l[i * n + j] = (cov[i * n + j] - (0..j).map(|k| l[i * n + k] * l[j * n + k]).sum::<f64>()) / s;
+        }
+    }
+    let mut z = vec![0.0; n];
+    for i in 0..n {
+        z[i] = (y[i] - mu[i] - (0..i).map(|k| l[i * n + k] * z[k]).sum::<f64>()) / l[i * n + i];
+    }
+    let log_det: f64 = (0..n).map(|i| l[i * n + i].ln()).sum();
+    -0.5 * n as f64 * (2.0 * PI).ln() - log_det - 0.5 * z.iter().map(|v| v * v).sum::<f64>()
+}
+
+/// The DLM's log-likelihood as one normal density over the stacked `y_1 .. y_T` (`y` row-major
+/// `r x T`): `E y_t = F^T G^t m0`, `Cov(y_s, y_t) = F^T G^(s-t) P_t F + [s = t] V` for `s >= t`,
+/// with `P_t = G P_(t-1) G^T + W`, `P_0 = C0`.
+#[allow(clippy::too_many_arguments)]
+fn dlm_ref(y: &[f64], f: &[f64], g: &[f64], v: &[f64], w: &[f64], m0: &[f64], c0: &[f64], k: usize, r: usize) -> f64 {
+    let t_len = y.len() / r;
+    let ft = mat_t(f, k, r);
+    let gt = mat_t(g, k, k);
+    let (mut means, mut p, mut mean) = (Vec::new(), Vec::new(), m0.to_vec());
+    let mut cov_prev = c0.to_vec();
+    for _ in 0..t_len {
+        mean = mat_mul(g, &mean, k, k, 1);
+        let pt: Vec<f64> =
+            mat_mul(&mat_mul(g, &cov_prev, k, k, k), &gt, k, k, k).iter().zip(w).map(|(a, b)| a + b).collect();
+        means.push(mat_mul(&ft, &mean, r, k, 1));
+        cov_prev = pt.clone();
+        p.push(pt);
+    }
+    let big = r * t_len;
+    let mut cov = vec![0.0; big * big];
+    for s in 0..t_len {
+        for t in 0..=s {
+            // G^(s - t) P_t
+            let mut cross = p[t].clone();
+            for _ in t..s {
+                cross = mat_mul(g, &cross, k, k, k);
+            }
+            let mut block = mat_mul(&mat_mul(&ft, &cross, r, k, k), f, r, k, r);
+            if s == t {
+                block.iter_mut().zip(v).for_each(|(b, vv)| *b += vv);
+            }
+            for i in 0..r {
+                for j in 0..r {
+                    cov[(s * r + i) * big + t * r + j] = block[i * r + j];
+                    cov[(t * r + j) * big + s * r + i] = block[i * r + j];
+                }
+            }
+        }
+    }
+    let stacked: Vec<f64> = (0..t_len).flat_map(|t| (0..r).map(move |i| y[i * t_len + t])).collect();
+    let mu: Vec<f64> = means.concat();
+    mvn_logpdf_ref(&stacked, &mu, &cov)
+}
+
+#[test]
+fn gaussian_dlm_obs_against_the_joint_normal_of_all_observations() {
+    let d = dev();
+    let (k, r, t_len) = (2, 2, 5);
+    let y = [0.3, -0.2, 1.1, 0.7, 0.0, -0.5, 0.4, 0.9, 1.3, 0.2];
+    let f = [1.0, 0.5, 0.0, 1.0];
+    // Two particles with their own transitions and state covariances; the rest shared.
+    let g = [0.9, 0.1, -0.2, 0.8, 1.0, 0.0, 0.3, 0.5];
+    let w = [0.5, 0.1, 0.1, 0.3, 1.5, -0.4, -0.4, 0.6];
+    let v = [0.8, 0.2, 0.2, 0.4];
+    let m0 = [0.5, -1.0];
+    let c0 = [2.0, 0.3, 0.3, 1.0];
+    let dlm = GaussianDlmObs::new(
+        t3(&f, [1, k, r], &d),
+        t3(&g, [2, k, k], &d),
+        t3(&v, [1, r, r], &d),
+        t3(&w, [2, k, k], &d),
+        t2(&m0, 1, k, &d),
+        t3(&c0, [1, k, k], &d),
+    )
+    .unwrap();
+    let got = host(&dlm.log_prob(t3(&y, [1, r, t_len], &d)).unwrap());
+    let want: Vec<f64> =
+        (0..2).map(|i| dlm_ref(&y, &f, &g[i * 4..i * 4 + 4], &v, &w[i * 4..i * 4 + 4], &m0, &c0, k, r)).collect();
+    close("gaussian_dlm_obs", &got, &want, 1e-11, 1.0);
+
+    // A local-level model (k = r = 1, G = F = 1) with a vector V, through the gradient: with
+    // respect to the state and observation variances, the transition and the initial mean.
+    let y1 = [0.2, 0.9, 1.4, 0.8, 1.9, 2.2, 1.7];
+    let n1 = y1.len();
+    let reference = |p: &[f64]| dlm_ref(&y1, &[1.0], &[p[0]], &[p[1]], &[p[2]], &[p[3]], &[1.5], 1, 1);
+    let model = |p: Tensor<1>| {
+        let dev = p.device();
+        let dt = p.dtype();
+        let one = Tensor::<3>::ones([1, 1, 1], (&dev, dt));
+        GaussianDlmObs::with_diagonal_v(
+            one.clone(),
+            p.clone().narrow(0, 0, 1).reshape([1, 1, 1]),
+            p.clone().narrow(0, 1, 1).reshape([1, 1]),
+            p.clone().narrow(0, 2, 1).reshape([1, 1, 1]),
+            p.clone().narrow(0, 3, 1).reshape([1, 1]),
+            one.mul_scalar(1.5),
+        )
+        .unwrap()
+        .log_prob(Tensor::from_data(TensorData::new(y1.to_vec(), [1, 1, n1]), (&dev, dt)))
+        .unwrap()
+    };
+    let p = [0.95, 0.4, 0.2, 0.1];
+    close("local level", &host(&model(t1(&p, &d))), &[reference(&p)], 1e-12, 1.0);
+    grad_check("gaussian_dlm_obs local level", &p, model, reference, 1e-6);
+
+    // In f32 (the default dtype) over 200 steps the filter keeps its covariances positive and
+    // the log-likelihood to f32's relative precision times the number of terms.
+    let y200: Vec<f64> = (0..200).map(|t| (0.05 * t as f64).sin() * 2.0 + (1.7 * t as f64).cos() * 0.5).collect();
+    let f32_dev =
+        |v: &[f64], dims: [usize; 3]| Tensor::<3>::from_data(TensorData::new(v.to_vec(), dims), (&d, DType::F32));
+    let local = GaussianDlmObs::with_diagonal_v(
+        f32_dev(&[1.0], [1, 1, 1]),
+        f32_dev(&[0.98], [1, 1, 1]),
+        Tensor::from_data(TensorData::new(vec![0.3], [1, 1]), (&d, DType::F32)),
+        f32_dev(&[0.05], [1, 1, 1]),
+        Tensor::from_data(TensorData::new(vec![0.0], [1, 1]), (&d, DType::F32)),
+        f32_dev(&[4.0], [1, 1, 1]),
+    )
+    .unwrap();
+    let want200 = dlm_ref(&y200, &[1.0], &[0.98], &[0.3], &[0.05], &[0.0], &[4.0], 1, 1);
+    close(
+        "local level, f32, T = 200",
+        &host(&local.log_prob(f32_dev(&y200, [1, 1, 200])).unwrap()),
+        &[want200],
+        2e-5,
+        1.0,
+    );
+
+    // The 2 x 2 model's gradient in G, W's diagonal and m0 (V and C0 fixed).
+    let reference2 = |p: &[f64]| dlm_ref(&y, &f, &p[..4], &v, &[p[4], 0.0, 0.0, p[5]], &p[6..8], &c0, k, r);
+    let model2 = |p: Tensor<1>| {
+        let dev = p.device();
+        let eye = Tensor::<3>::from_data(TensorData::new(vec![1.0, 0.0, 0.0, 1.0], [1, 2, 2]), (&dev, DType::F64));
+        GaussianDlmObs::new(
+            Tensor::from_data(TensorData::new(f.to_vec(), [1, 2, 2]), (&dev, DType::F64)),
+            p.clone().narrow(0, 0, 4).reshape([1, 2, 2]),
+            Tensor::from_data(TensorData::new(v.to_vec(), [1, 2, 2]), (&dev, DType::F64)),
+            p.clone().narrow(0, 4, 2).reshape([1, 2, 1]) * eye,
+            p.clone().narrow(0, 6, 2).reshape([1, 2]),
+            Tensor::from_data(TensorData::new(c0.to_vec(), [1, 2, 2]), (&dev, DType::F64)),
+        )
+        .unwrap()
+        .log_prob(Tensor::from_data(TensorData::new(y.to_vec(), [1, 2, 5]), (&dev, DType::F64)))
+        .unwrap()
+    };
+    grad_check("gaussian_dlm_obs 2 x 2", &[0.9, 0.1, -0.2, 0.8, 0.5, 0.3, 0.5, -1.0], model2, reference2, 1e-6);
+
+    // An indefinite observation covariance is outside the support: -inf, not NaN.
+    let bad_v = GaussianDlmObs::new(
+        t3(&f, [1, k, r], &d),
+        t3(&g[..4], [1, k, k], &d),
+        t3(&[-3.0, 0.0, 0.0, -3.0], [1, r, r], &d),
+        t3(&w[..4], [1, k, k], &d),
+        t2(&m0, 1, k, &d),
+        t3(&c0, [1, k, k], &d),
+    )
+    .unwrap();
+    close("indefinite V", &host(&bad_v.log_prob(t3(&y, [1, r, t_len], &d)).unwrap()), &[f64::NEG_INFINITY], 0.0, 1.0);
+    // Shapes that do not fit name their argument.
+    let mk = |g: Tensor<3>, m0: Tensor<2>| {
+        GaussianDlmObs::new(
+            t3(&f, [1, k, r], &d),
+            g,
+            t3(&v, [1, r, r], &d),
+            t3(&w[..4], [1, k, k], &d),
+            m0,
+            t3(&c0, [1, k, k], &d),
+        )
+    };
+    invalid(mk(t3(&[1.0], [1, 1, 1], &d), t2(&m0, 1, k, &d)), "gaussian_dlm_obs", "G");
+    invalid(mk(t3(&g[..4], [1, k, k], &d), t2(&[1.0, 2.0, 3.0], 1, 3, &d)), "gaussian_dlm_obs", "m0");
+    invalid(mk(t3(&g, [2, k, k], &d), t2(&[0.0; 6], 3, 2, &d)), "gaussian_dlm_obs", "m0");
+    invalid(dlm.log_prob(t3(&y[..5], [1, 1, 5], &d)), "gaussian_dlm_obs", "y");
+}
+
+#[test]
+fn multi_gp_against_independent_scaled_normal_rows() {
+    let d = dev();
+    // Two particles' kernels (the second not positive definite) and inverse scales.
+    let sig = [
+        2.0, 0.5, 0.1, 0.5, 1.0, 0.3, 0.1, 0.3, 1.5, //
+        1.0, 2.0, 0.0, 2.0, 1.0, 0.0, 0.0, 0.0, 1.0,
+    ];
+    let w = [0.5, 2.0, 1.5, 0.7];
+    let y = [0.3, -1.2, 0.8, 1.1, 0.0, -0.4];
+    let reference = |sig: &[f64], w: &[f64]| -> f64 {
+        (0..2)
+            .map(|i| mvn_logpdf_ref(&y[i * 3..i * 3 + 3], &[0.0; 3], &sig.iter().map(|s| s / w[i]).collect::<Vec<_>>()))
+            .sum()
+    };
+    let gp = MultiGp::new(t3(&sig, [2, 3, 3], &d), t2(&w, 2, 2, &d)).unwrap();
+    let got = host(&gp.log_prob(t3(&y, [1, 2, 3], &d)).unwrap());
+    close("multi_gp", &got, &[reference(&sig[..9], &w[..2]), f64::NEG_INFINITY], 1e-12, 1.0);
+    // multi_gp_cholesky with the first kernel's factor, shared by both particles.
+    let l = {
+        let a = &sig[..9];
+        let l00 = a[0].sqrt();
+        let (l10, l20) = (a[3] / l00, a[6] / l00);
+        let l11 = (a[4] - l10 * l10).sqrt();
+        let l21 = (a[7] - l20 * l10) / l11;
+        [l00, 0.0, 0.0, l10, l11, 0.0, l20, l21, (a[8] - l20 * l20 - l21 * l21).sqrt()]
+    };
+    let gpc = MultiGp::from_cholesky(t3(&l, [1, 3, 3], &d), t2(&w, 2, 2, &d)).unwrap();
+    let want = [reference(&sig[..9], &w[..2]), reference(&sig[..9], &w[2..])];
+    close("multi_gp_cholesky", &host(&gpc.log_prob(t3(&y, [1, 2, 3], &d)).unwrap()), &want, 1e-12, 1.0);
+    // A non-positive inverse scale is outside the support.
+    let gpw = MultiGp::from_cholesky(t3(&l, [1, 3, 3], &d), t2(&[1.0, -1.0], 1, 2, &d)).unwrap();
+    close("w <= 0", &host(&gpw.log_prob(t3(&y, [1, 2, 3], &d)).unwrap()), &[f64::NEG_INFINITY], 0.0, 1.0);
+    // The gradient in the inverse scales, the kernel's entries and y itself.
+    let reference_p = |p: &[f64]| {
+        let s = [p[2], p[3], 0.1, p[3], p[4], 0.3, 0.1, 0.3, 1.5];
+        let y = &p[5..11];
+        (0..2)
+            .map(|i| mvn_logpdf_ref(&y[i * 3..i * 3 + 3], &[0.0; 3], &s.iter().map(|v| v / p[i]).collect::<Vec<_>>()))
+            .sum()
+    };
+    let model = |p: Tensor<1>| {
+        let dev = p.device();
+        let fixed = |v: f64| Tensor::<1>::from_data(TensorData::new(vec![v], [1]), (&dev, DType::F64));
+        let s = Tensor::cat(
+            vec![
+                p.clone().narrow(0, 2, 2),
+                fixed(0.1),
+                p.clone().narrow(0, 3, 2),
+                fixed(0.3),
+                fixed(0.1),
+                fixed(0.3),
+                fixed(1.5),
+            ],
+            0,
+        );
+        MultiGp::new(s.reshape([1, 3, 3]), p.clone().narrow(0, 0, 2).reshape([1, 2]))
+            .unwrap()
+            .log_prob(p.narrow(0, 5, 6).reshape([1, 2, 3]))
+            .unwrap()
+    };
+    let p = [0.5, 2.0, 2.0, 0.5, 1.0, 0.3, -1.2, 0.8, 1.1, 0.0, -0.4];
+    close("multi_gp (p)", &host(&model(t1(&p, &d))), &[reference_p(&p)], 1e-12, 1.0);
+    grad_check("multi_gp", &p, model, reference_p, 1e-6);
+    invalid(MultiGp::new(t3(&sig[..6], [1, 2, 3], &d), t2(&w, 2, 2, &d)), "multi_gp", "Sigma");
+    invalid(MultiGp::new(t3(&sig, [2, 3, 3], &d), t2(&[1.0; 6], 3, 2, &d)), "multi_gp", "w");
+    invalid(gp.log_prob(t3(&y[..4], [1, 2, 2], &d)), "multi_gp", "y");
+}
+
+#[test]
+fn recurrence_runs_a_nonlinear_loop_with_its_gradient() {
+    let d = dev();
+    // A Ricker-type growth x_t = x_{t-1} exp(r (1 - x_{t-1})) + b_t, from x_{-1} = x0.
+    let b = [0.1, -0.05, 0.2, 0.0, 0.1, -0.1];
+    let reference = |p: &[f64]| -> Vec<f64> {
+        let (rate, mut x) = (p[0], p[1]);
+        b.iter()
+            .map(|bt| {
+                x = x * (rate * (1.0 - x)).exp() + bt;
+                x
+            })
+            .collect()
+    };
+    let model = |p: Tensor<1>| {
+        let dev = p.device();
+        let bt = Tensor::<2>::from_data(TensorData::new(b.to_vec(), [1, 6]), (&dev, DType::F64));
+        let rate = p.clone().narrow(0, 0, 1).reshape([1, 1]);
+        let xs = scan_recurrence(p.narrow(0, 1, 1).reshape([1, 1]), 6, |t, x| {
+            Ok(x.clone() * (rate.clone() * (x.neg().add_scalar(1.0))).exp() + bt.clone().narrow(1, t, 1))
+        })
+        .unwrap();
+        assert_eq!(xs.dims(), [1, 6, 1]);
+        xs.reshape([6])
+    };
+    let p = [1.3, 0.4];
+    close("recurrence", &host(&model(t1(&p, &d))), &reference(&p), 1e-13, 1.0);
+    let weights = [1.0, -2.0, 0.5, 3.0, -1.0, 0.25];
+    let weighted = |p: Tensor<1>| {
+        let w = Tensor::<1>::from_data(TensorData::new(weights.to_vec(), [6]), (&p.device(), DType::F64));
+        (model(p) * w).sum().reshape([1])
+    };
+    grad_check("recurrence", &p, weighted, |p| reference(p).iter().zip(weights).map(|(x, w)| x * w).sum(), 1e-7);
+    // A step that changes the state's shape, or no steps, is refused with the time point.
+    let x0 = t2(&[1.0, 2.0], 1, 2, &d);
+    invalid(scan_recurrence(x0.clone(), 3, |_, x| Ok(x.narrow(1, 0, 1))), "recurrence", "step");
+    invalid(scan_recurrence(x0, 0, |_, x| Ok(x)), "recurrence", "steps");
 }

@@ -30,12 +30,14 @@ use crate::ModelError;
 
 pub mod continuous;
 pub mod discrete;
+pub mod dlm;
 pub mod glm;
 pub mod multivariate;
 pub mod special;
 
 pub use continuous::*;
 pub use discrete::*;
+pub use dlm::*;
 pub use glm::*;
 pub use multivariate::*;
 pub use special::{ln_gamma, ln_gamma_ratio_tensor, ln_gamma_tensor};
