@@ -20,7 +20,8 @@ use burn::tensor::Tensor;
 
 use crate::ModelError;
 use crate::dist::special::{
-    exprel_series, host_elementwise, ln_gamma_pq, ln_inc_beta, log_erfc, log_normal_cdfs, log1m_exp_neg, softplus,
+    exprel_series, host_elementwise, ln_gamma_pq, ln_inc_beta, log_erfc, log_normal_cdfs, log1m_exp_neg, on_columns,
+    owens_t_columns, softplus,
 };
 use crate::dist::{ln_gamma_ratio_tensor, ln_gamma_tensor};
 use crate::tensor_ops::log_softmax;
@@ -103,6 +104,14 @@ pub fn Phi<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     let tail = |u: Tensor<D>| log_erfc(u.clamp_min(0.0).div_scalar(SQRT_2)).sub_scalar(2f64.ln()).exp();
     let lower = tail(x.clone().neg());
     tail(x).neg().add_scalar(1.0).mask_where(negative, lower)
+}
+
+/// Owen's T function `T(h, a) = 1/(2 pi) int_0^a e^(-h^2 (1 + x^2) / 2) / (1 + x^2) dx` (Stan's
+/// `owens_t`), elementwise with broadcasting: 24-point Gauss-Legendre on `|a| <= 1` and Owen's
+/// reduction `T(h, a) = (Phi(h) Phi(-a h) + Phi(a h) Phi(-h)) / 2 - T(a h, 1/a)` above; relative
+/// error about 1e-7 (the normal cdfs' fit), gradients by autodiff through the quadrature.
+pub fn owens_t<const D: usize>(h: Tensor<D>, a: Tensor<D>) -> Tensor<D> {
+    on_columns(h, a, owens_t_columns)
 }
 
 /// Stan's `Phi_approx(x) = inv_logit(0.07056 x^3 + 1.5976 x)` (Bowling et al. 2009), a fast

@@ -23,7 +23,7 @@ use parvi_model::functions::{
     Phi, Phi_approx, binary_log_loss, cumulative_sum, diag_pre_multiply, digamma, expm1, gamma_p, gamma_q, inc_beta,
     inv_Phi, inv_cloglog, inv_logit, lbeta, lchoose, lgamma, lmgamma, log_diff_exp, log_falling_factorial,
     log_inv_logit, log_inv_logit_diff, log_rising_factorial, log_sum_exp_pair, log1m, log1m_exp, log1m_inv_logit,
-    log1p_exp, logit, quad_form_diag, softmax, std_normal_lccdf, std_normal_lcdf, trace_quad_form, trigamma,
+    log1p_exp, logit, owens_t, quad_form_diag, softmax, std_normal_lccdf, std_normal_lcdf, trace_quad_form, trigamma,
 };
 use parvi_model::grad::value_and_grad;
 use parvi_model::index::{IndexArray, gather};
@@ -2474,4 +2474,153 @@ fn recurrence_runs_a_nonlinear_loop_with_its_gradient() {
     let x0 = t2(&[1.0, 2.0], 1, 2, &d);
     invalid(scan_recurrence(x0.clone(), 3, |_, x| Ok(x.narrow(1, 0, 1))), "recurrence", "step");
     invalid(scan_recurrence(x0, 0, |_, x| Ok(x)), "recurrence", "steps");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Owen's T and the skew normal's cdfs, against quadrature of their definitions.
+
+/// `T(h, a) = a / (2 pi) int_0^1 e^(-h^2 (1 + a^2 u^2) / 2) / (1 + a^2 u^2) du` by tanh-sinh
+/// (the integrand's peak, of width `1 / (h a)`, sits at the end `u = 0`, where tanh-sinh's
+/// points cluster).
+fn owens_t_ref(h: f64, a: f64) -> f64 {
+    a / (2.0 * PI)
+        * tanh_sinh(|u, _| {
+            let q = 1.0 + a * a * u * u;
+            (-0.5 * h * h * q).exp() / q
+        })
+}
+
+/// The skew normal's log density slope at `z`: `-z + alpha phi(alpha z) / Phi(alpha z)`.
+fn skew_normal_slope(z: f64, alpha: f64) -> f64 {
+    -z + alpha * (-0.5 * (alpha * z).powi(2) - 0.5 * (2.0 * PI).ln() - ln_phi_ref(alpha * z).0).exp()
+}
+
+/// `ln F(z)` of the standard skew normal with shape `alpha`, `F(z) = 2 int_-inf^z phi(t)
+/// Phi(alpha t) dt`, by tanh-sinh after `t = z - s / k`, `s = u / (1 - u)`, `k` the log
+/// density's slope at `z` (at least 2 here), relative to the log density at `z` so nothing
+/// underflows.
+fn skew_normal_tail_ref(z: f64, alpha: f64) -> f64 {
+    let ell = |t: f64| -0.5 * t * t - 0.5 * (2.0 * PI).ln() + ln_phi_ref(alpha * t).0;
+    let k = skew_normal_slope(z, alpha);
+    let ell_z = ell(z);
+    let integral = tanh_sinh(|u, v| {
+        // Beyond a thousand sds below z nothing is left (and ln Phi's reference has no range).
+        let t = z - u / v / k;
+        if t < z - 1e3 {
+            return 0.0;
+        }
+        let e = ell(t) - ell_z - 2.0 * v.ln();
+        if e < -700.0 { 0.0 } else { e.exp() }
+    });
+    LN_2 + ell_z - k.ln() + integral.ln()
+}
+
+/// `ln F(z)`: the tail integral where the log density falls steeply below `z` (slope >= 2),
+/// else the closed form `Phi(z) - 2 T(z, alpha)` in f64, where `F` is not small.
+fn skew_normal_lcdf_ref(z: f64, alpha: f64) -> f64 {
+    if skew_normal_slope(z, alpha) >= 2.0 {
+        skew_normal_tail_ref(z, alpha)
+    } else {
+        (phi_ref(z) - 2.0 * owens_t_ref(z, alpha)).ln()
+    }
+}
+
+#[test]
+fn owens_t_against_its_integral_and_closed_forms() {
+    // Closed forms first: T(0, a) = atan(a) / (2 pi), T(h, 1) = Phi(h) Phi(-h) / 2.
+    for a in [0.3, 1.0, 7.0] {
+        assert!((owens_t_ref(0.0, a) - a.atan() / (2.0 * PI)).abs() < 1e-14, "reference T(0, {a})");
+    }
+    for h in [0.5, 2.0, 5.0] {
+        let want = 0.5 * phi_ref(h) * phi_ref(-h);
+        assert!((owens_t_ref(h, 1.0) - want).abs() < 1e-13 * want, "reference T({h}, 1)");
+    }
+    let points = [
+        [0.0, 0.7],
+        [0.5, 0.2],
+        [0.5, -3.0],
+        [1.0, 1.0],
+        [1.7, 0.9],
+        [2.5, 4.0],
+        [-2.5, 4.0],
+        [6.0, 0.5],
+        [6.0, 30.0],
+        [0.3, 100.0],
+        [3.0, -0.05],
+    ];
+    let f = |[h, a]: [Tensor<1>; 2]| owens_t(h, a);
+    check_points("owens_t", &points, f, |[h, a]| owens_t_ref(h, a), 3e-7, [true, true], 2e-5);
+}
+
+#[test]
+fn skew_normal_cdfs_in_both_tails() {
+    // Standardised (z, alpha): the bulk, and lower tails where Stan's Phi(z) - 2 T(z, alpha)
+    // cancels (alpha > 0, where T > 0), ln F down to -800.
+    let za = [
+        [-40.0, -1.0],
+        [-12.0, 0.5],
+        [-6.0, 2.0],
+        [-3.0, 10.0],
+        [-1.5, 10.0],
+        [-0.5, 50.0],
+        [-0.02, 50.0],
+        [-5.0, -10.0],
+        [-1.0, 1.0],
+        [0.0, 3.0],
+        [0.3, -0.3],
+        [1.0, -5.0],
+        [2.0, 0.0],
+        [4.0, 50.0],
+        [8.0, -20.0],
+    ];
+    for [z, a] in za {
+        // The two references agree where both hold: a steep tail that does not cancel
+        // (alpha <= 0) and does not underflow.
+        if skew_normal_slope(z, a) >= 2.0 && a <= 0.0 && z > -30.0 {
+            let (direct, tail) = ((phi_ref(z) - 2.0 * owens_t_ref(z, a)).ln(), skew_normal_tail_ref(z, a));
+            assert!((direct - tail).abs() < 1e-10 * (1.0 + tail.abs()), "references at ({z}, {a}): {direct} vs {tail}");
+        }
+    }
+    let (xi, omega) = (0.7, 1.8);
+    let points: Vec<[f64; 4]> = za.iter().map(|&[z, a]| [xi + omega * z, xi, omega, a]).collect();
+    let lcdf = |[x, xi, omega, a]: [Tensor<1>; 4]| SkewNormal::<1>::new(xi, omega, a).unwrap().lcdf(x);
+    let lccdf = |[x, xi, omega, a]: [Tensor<1>; 4]| SkewNormal::<1>::new(xi, omega, a).unwrap().lccdf(x);
+    check_points(
+        "skew_normal_lcdf",
+        &points,
+        lcdf,
+        |[x, xi, omega, a]| skew_normal_lcdf_ref((x - xi) / omega, a),
+        3e-7,
+        [true; 4],
+        2e-5,
+    );
+    check_points(
+        "skew_normal_lccdf",
+        &points,
+        lccdf,
+        |[x, xi, omega, a]| skew_normal_lcdf_ref(-(x - xi) / omega, -a),
+        3e-7,
+        [true; 4],
+        2e-5,
+    );
+    // The two tails add up to one in the bulk, and the density is the cdf's derivative.
+    let d = dev();
+    let sn = SkewNormal::<1>::new(0.0, 1.0, 4.0).unwrap();
+    let xs = [-0.3, 0.1, 0.8, 2.0];
+    let (lo, hi) = (host(&sn.lcdf(t1(&xs, &d))), host(&sn.lccdf(t1(&xs, &d))));
+    for i in 0..xs.len() {
+        assert!((lo[i].exp() + hi[i].exp() - 1.0).abs() < 1e-6, "F + (1 - F) at {}", xs[i]);
+    }
+    let (_, grad) = value_and_grad(t1(&xs, &d), |x| sn.lcdf(x).exp()).unwrap();
+    close("d F / dx = pdf", &host(&grad), &lpdf(&sn, &xs).iter().map(|l| l.exp()).collect::<Vec<_>>(), 1e-6, 1.0);
+    // In f32 (the default dtype) the far tail stays finite and close.
+    let x32 = Tensor::<1>::from_data(TensorData::new(vec![-3.0f64, -12.0], [2]), (&d, DType::F32));
+    let sn32 = SkewNormal::<1>::new(0.0, 1.0, 2.0).unwrap();
+    close(
+        "f32 tail",
+        &host(&sn32.lcdf(x32)),
+        &[skew_normal_lcdf_ref(-3.0, 2.0), skew_normal_lcdf_ref(-12.0, 2.0)],
+        1e-5,
+        1.0,
+    );
 }

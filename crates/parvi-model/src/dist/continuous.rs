@@ -9,8 +9,8 @@ use rand_distr::Distribution as _;
 
 use super::special::{
     host_elementwise, ln_gamma, ln_gamma_ratio_tensor, ln_gamma_tail, ln_gamma_tensor, ln_inc_beta, ln_inc_beta_tail,
-    log_bessel_i0, log_bessel_i0_host, log_erf, log_erfc, log_erfc_any, log_normal_cdfs, log1m_exp_neg,
-    regularized_incomplete_beta, softplus,
+    log_bessel_i0, log_bessel_i0_host, log_erf, log_erfc, log_erfc_any, log_normal_cdfs, log1m_exp_neg, on_columns,
+    regularized_incomplete_beta, skew_normal_log_cdf_columns, softplus,
 };
 use super::{LN_2PI, LogProb, Param, Sample, bad, draw, lift, scalars};
 use crate::ModelError;
@@ -1000,6 +1000,30 @@ impl<const D: usize> SkewNormal<D> {
             omega: omega.into().check_positive("SkewNormal", "omega")?,
             alpha: alpha.into().check_finite("SkewNormal", "alpha")?,
         })
+    }
+}
+
+impl<const D: usize> SkewNormal<D> {
+    /// `ln F(z)` at `z = +-(x - xi) / omega` with shape `+-alpha` (the upper tail of `X` is the
+    /// lower tail of `-X ~ SkewNormal(-xi, omega, -alpha)`).
+    fn log_tail(&self, x: Tensor<D>, upper: bool) -> Tensor<D> {
+        let z = self.omega.divide(self.xi.sub_from(x));
+        let alpha = self.alpha.tensor_like(&z);
+        let (z, alpha) = if upper { (z.neg(), alpha.neg()) } else { (z, alpha) };
+        on_columns(z, alpha, skew_normal_log_cdf_columns)
+    }
+
+    /// `ln P(X <= x)` (Stan's `skew_normal_lcdf`, `ln(Phi(z) - 2 T(z, alpha))`), accurate in
+    /// the lower tail too, where Stan's difference cancels: there the integral of the density
+    /// by Gauss-Laguerre in the tail's own scale (`special::skew_normal_log_cdf_columns`).
+    pub fn lcdf(&self, x: Tensor<D>) -> Tensor<D> {
+        self.log_tail(x, false)
+    }
+
+    /// `ln P(X > x)` (Stan's `skew_normal_lccdf`), as [`SkewNormal::lcdf`] of the mirrored
+    /// distribution.
+    pub fn lccdf(&self, x: Tensor<D>) -> Tensor<D> {
+        self.log_tail(x, true)
     }
 }
 
