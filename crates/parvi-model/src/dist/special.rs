@@ -562,19 +562,6 @@ pub fn ln_gamma(x: f64) -> f64 {
     0.5 * LN_2PI + (x + 0.5) * t.ln() - t + series.ln()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ln_gamma_matches_factorials_and_half_integers() {
-        for (x, expected) in [(1.0, 0.0), (2.0, 0.0), (5.0, 24f64.ln()), (0.5, PI.sqrt().ln()), (10.0, 362_880f64.ln())]
-        {
-            assert!((ln_gamma(x) - expected).abs() < 1e-10, "ln_gamma({x})");
-        }
-    }
-}
-
 /// Gauss-Legendre's 24 points on `[-1, 1]`, the positive half (the rule is symmetric).
 const GL24_X: [f64; 12] = [
     0.064_056_892_862_605_63,
@@ -786,4 +773,17 @@ pub(crate) fn on_columns<const D: usize>(
     let dims = a.dims();
     let m = dims.iter().product();
     f(a.reshape([m, 1]), b.reshape([m, 1])).reshape(dims)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ln_gamma_matches_factorials_and_half_integers() {
+        for (x, expected) in [(1.0, 0.0), (2.0, 0.0), (5.0, 24f64.ln()), (0.5, PI.sqrt().ln()), (10.0, 362_880f64.ln())]
+        {
+            assert!((ln_gamma(x) - expected).abs() < 1e-10, "ln_gamma({x})");
+        }
+    }
 }
