@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use parvi_infer::evaluation::{PolishConfig, PolishKernel, Summary, bulk_ess, polish};
+use parvi_infer::evaluation::{CHEES_AFTER, EARLY_CHEES_AFTER, PolishConfig, PolishKernel, Summary, bulk_ess, polish};
 use parvi_infer::{
     AdapterConfig, EngineRng, EngineSpec, FitConfig, KernelConfig, MethodConfig, Particles, fit, fit_reported,
 };
@@ -332,6 +332,33 @@ fn chees_polish_gets_eight_schools_right_and_stops_on_the_summarys_rhat() {
     // constant, so the same ranks up to f32 rounding.
     assert!((max_rhat - p.max_rhat).abs() < 2e-3, "summary R-hat {max_rhat}, polish {}", p.max_rhat);
     assert!(max_rhat <= 1.01 + 2e-3, "{max_rhat}");
+}
+
+/// The default kernel on eight_schools: MALA's split R-hat is still far above 1.05 when the
+/// early hand-off looks (1.09 at step 487), so the chains go to ChEES-HMC there, not after
+/// [`CHEES_AFTER`] steps, and ChEES's draws are right.
+#[test]
+fn auto_hands_eight_schools_to_chees_at_the_early_look() {
+    let Some(dir) = common::posteriordb_dir("polish/eight_schools_auto") else { return };
+    let device = flex();
+    let name = "eight_schools-eight_schools_noncentered";
+    let model = posteriordb::load(name, &dir, &device).unwrap();
+    let reference = ReferenceDraws::load(name, &dir).unwrap();
+    let reported = |x| model.reported(x);
+    let result =
+        fit_reported(&model, Some(&reported), &default_svgd(), &FitConfig::default(), &mut [], &device).unwrap();
+    let p = result.diagnostics.polish.clone().expect("polished");
+    assert!(p.converged && p.kernel == PolishKernel::Chees, "{p:?}");
+    let mala = p.mala_before_chees.expect("handed over");
+    assert!((EARLY_CHEES_AFTER..CHEES_AFTER).contains(&mala), "handed over after {mala} MALA steps: {p:?}");
+    let width = model.param_names().len();
+    let draws = to_vec_f64(&model.reported(result.draws.positions.clone()));
+    let c = compare(reference.values(), &reference.select(&draws, width), reference.params(), None).unwrap();
+    let (mean_tol, sd_tol) = (4.0 / p.min_ess.sqrt() + 0.03, 4.0 * (2.0 / p.min_ess).sqrt());
+    for ((name, e), r) in reference.names().iter().zip(&c.mean_error_sd).zip(&c.sd_ratio) {
+        assert!(e.abs() < mean_tol, "{name}: mean off by {e:.3} sd (tolerance {mean_tol:.3}); {p:?}");
+        assert!((r - 1.0).abs() < sd_tol, "{name}: sd ratio {r:.3} (tolerance {sd_tol:.3}); {p:?}");
+    }
 }
 
 /// NUTS as the polish kernel (`fit` runs it; it is an engine): 4 chains x 1,000 draws from the

@@ -103,6 +103,7 @@ pub(super) fn nuts_polish(
         from_start: false,
         seconds: started.elapsed().as_secs_f64(),
         before_nuts: None,
+        mala_before_chees: None,
     };
     // Stan's warnings name the NUTS method's options; here NUTS is the polish step's.
     let warnings =
