@@ -557,9 +557,7 @@ fn chees_run(
         // Looks at the same gradient counts as MALA's (every `check_every` gradients at first,
         // then every quarter of those spent), so both kernels' costs compare at one resolution.
         if leapfrogs >= next_look || leapfrogs >= config.steps {
-            let need = if leapfrogs >= config.steps {
-                LookNeeds::Full
-            } else if leapfrogs >= NUTS_AFTER && take_over.is_some() {
+            let need = if leapfrogs >= config.steps || (leapfrogs >= NUTS_AFTER && take_over.is_some()) {
                 LookNeeds::Full
             } else {
                 LookNeeds::Pass
