@@ -719,8 +719,8 @@ pub(crate) fn owens_t_columns(h: Tensor<2>, a: Tensor<2>) -> Tensor<2> {
 
 /// `ln F(z)` of the standard skew normal with shape `alpha`, `F(z) = 2 int_-inf^z phi(t)
 /// Phi(alpha t) dt`, columns `[m, 1]`. In the bulk Stan's form `Phi(z) - 2 T(z, alpha)`
-/// ([`owens_t_columns`]). In the lower tail, where that difference cancels (both terms are
-/// tiny when `alpha z > 0`), the integral itself: with `l(t) = ln phi(t) + ln Phi(alpha t)`
+/// ([`owens_t_columns`]). In the lower tail, where that difference cancels (for `alpha > 0`
+/// `T > 0` and `F` is the small difference of two larger terms), the integral itself: with `l(t) = ln phi(t) + ln Phi(alpha t)`
 /// (concave) and `k = l'(z) = -z + alpha phi(alpha z) / Phi(alpha z)`, `t = z - s / k` gives
 /// `F = 2 e^l(z) / k int_0^inf e^-s g(s) ds`, `g(s) = e^(l(z - s/k) - l(z) + s) <= 1`, which
 /// 32-point Gauss-Laguerre integrates to about 1e-7 in `ln F` where `k^2 >= (1 + alpha^2) / 2`
