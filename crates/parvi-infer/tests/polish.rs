@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use parvi_infer::evaluation::{CHEES_AFTER, EARLY_CHEES_AFTER, PolishConfig, PolishKernel, Summary, bulk_ess, polish};
+use parvi_infer::evaluation::{CHEES_AFTER, PolishConfig, PolishKernel, Summary, bulk_ess, polish};
 use parvi_infer::{
     AdapterConfig, EngineRng, EngineSpec, FitConfig, KernelConfig, MethodConfig, Particles, fit, fit_reported,
 };
@@ -334,11 +334,11 @@ fn chees_polish_gets_eight_schools_right_and_stops_on_the_summarys_rhat() {
     assert!(max_rhat <= 1.01 + 2e-3, "{max_rhat}");
 }
 
-/// The default kernel on eight_schools: MALA's split R-hat is still far above 1.05 when the
-/// early hand-off looks (1.09 at step 487), so the chains go to ChEES-HMC there, not after
-/// [`CHEES_AFTER`] steps, and ChEES's draws are right.
+/// The default kernel on eight_schools: MALA has not met the stopping rule after
+/// [`CHEES_AFTER`] steps (split R-hat 1.03 there), so the chains go to ChEES-HMC at the first look
+/// past it, the report says after how many MALA steps, and ChEES's draws are right.
 #[test]
-fn auto_hands_eight_schools_to_chees_at_the_early_look() {
+fn auto_hands_eight_schools_to_chees_after_mala_stalls() {
     let Some(dir) = common::posteriordb_dir("polish/eight_schools_auto") else { return };
     let device = flex();
     let name = "eight_schools-eight_schools_noncentered";
@@ -350,7 +350,7 @@ fn auto_hands_eight_schools_to_chees_at_the_early_look() {
     let p = result.diagnostics.polish.clone().expect("polished");
     assert!(p.converged && p.kernel == PolishKernel::Chees, "{p:?}");
     let mala = p.mala_before_chees.expect("handed over");
-    assert!((EARLY_CHEES_AFTER..CHEES_AFTER).contains(&mala), "handed over after {mala} MALA steps: {p:?}");
+    assert!((CHEES_AFTER..CHEES_AFTER + CHEES_AFTER / 2).contains(&mala), "handed over after {mala} MALA steps: {p:?}");
     let width = model.param_names().len();
     let draws = to_vec_f64(&model.reported(result.draws.positions.clone()));
     let c = compare(reference.values(), &reference.select(&draws, width), reference.params(), None).unwrap();

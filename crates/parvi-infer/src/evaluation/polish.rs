@@ -26,9 +26,8 @@
 //! ChEES-HMC ([`super::chees`], `kernel = chees`) moves further per iteration: all chains in
 //! lockstep with one shared, jittered trajectory whose length, step and metric are adapted
 //! across the chains in its warm-up. The default (`auto`) hands MALA chains that have not met
-//! the stopping rule after [`CHEES_AFTER`] steps to it, or after [`EARLY_CHEES_AFTER`] where
-//! R-hat is still above [`EARLY_CHEES_RHAT`] (MALA's steps then count as warm-up and its draws
-//! are dropped). It does not start with it: under the stopping rule below the
+//! the stopping rule after [`CHEES_AFTER`] steps to it (MALA's steps then count as warm-up and
+//! its draws are dropped). It does not start with it: under the stopping rule below the
 //! chains need 200 to 300 iterations whatever their kernel (R-hat, not ESS, binds: 100 chains'
 //! split R-hat needs that many draws each), and a ChEES iteration costs 6 to 23 leapfrog steps
 //! (79 on gp_pois_regr), so it spends 2 to 10 times MALA's gradients where MALA mixes (garch,
@@ -79,14 +78,6 @@ pub const STUCK_SHARE: f64 = 0.05;
 /// MALA's random walk on a hierarchical or latent scale, which ChEES's trajectories cross in
 /// fewer gradients (measured per posterior in docs/posteriordb.md).
 pub const CHEES_AFTER: usize = 1000;
-/// MALA steps after which [`PolishKernel::Auto`] hands chains over already when their R-hat is
-/// still above [`EARLY_CHEES_RHAT`]: R-hat falls about as `1 + c / steps` under MALA, and the
-/// posteriors MALA finishes within [`CHEES_AFTER`] steps are at 1.01 to 1.03 by step 487 (garch
-/// 1.025, mesquite 1.011, diamonds 1.010), those it does not far above (eight_schools 1.09,
-/// gp_pois_regr 2.4): their MALA steps past this point were warm-up spent for nothing.
-pub const EARLY_CHEES_AFTER: usize = 400;
-/// See [`EARLY_CHEES_AFTER`].
-pub const EARLY_CHEES_RHAT: f64 = 1.05;
 /// Gradients per chain of autoMALA's or ChEES's kept steps after which [`PolishKernel::Auto`]
 /// offers chains whose R-hat is still above [`HOPELESS_RHAT`] to NUTS: under [`crate::fit`] its
 /// 4 x 2,000 iterations cost what this kernel would spend in its remaining budget and more, but
@@ -670,11 +661,8 @@ fn mala_run(
         monitor.offer(steps, &state)?;
         if steps >= next_look || steps == config.steps {
             let offer_due = kernel == PolishKernel::AutoMala && (evals - auto_from) / n >= NUTS_AFTER;
-            let early_handoff = may_hand_off && kernel == PolishKernel::Mala && steps >= EARLY_CHEES_AFTER;
             let need = if steps == config.steps || (offer_due && take_over.is_some()) {
                 LookNeeds::Full
-            } else if early_handoff {
-                LookNeeds::PassAndAbove(EARLY_CHEES_RHAT)
             } else {
                 LookNeeds::Pass
             };
@@ -682,8 +670,7 @@ fn mala_run(
                 converged = true;
                 break;
             }
-            let hand_off = steps >= CHEES_AFTER || max_rhat > EARLY_CHEES_RHAT;
-            if early_handoff && hand_off && steps < config.steps {
+            if may_hand_off && kernel == PolishKernel::Mala && steps >= CHEES_AFTER && steps < config.steps {
                 handoff = Some(state);
                 break;
             }
@@ -832,12 +819,7 @@ impl<'v> Monitor<'v> {
             r_max = if r.is_nan() { f64::INFINITY } else { r_max.max(r) };
             e_min = if e.is_nan() { 0.0 } else { e_min.min(e) };
             let failed = !(r_max <= config.rhat && e_min >= config.ess);
-            let settled = match need {
-                LookNeeds::Full => false,
-                LookNeeds::Pass => failed,
-                LookNeeds::PassAndAbove(limit) => failed && r_max > limit,
-            };
-            if settled {
+            if failed && need == LookNeeds::Pass {
                 break;
             }
         }
@@ -872,16 +854,13 @@ pub(crate) fn chains_statistic(
 }
 
 /// What a look must settle.
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum LookNeeds {
     /// Every quantity's statistics: the last look (its figures are reported) and any look an
     /// offer to NUTS may follow (the offer compares them with NUTS's).
     Full,
     /// Only whether the rule passes.
     Pass,
-    /// Whether it passes and, if not, whether R-hat is above this (an early hand-off to ChEES
-    /// may follow): the look goes on past the first failure until R-hat exceeds it.
-    PassAndAbove(f64),
 }
 
 /// Rank-normalised split R-hat (the larger of the draws' and their folded distances') and bulk
