@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use parvi_infer::evaluation::{CHEES_AFTER, PolishConfig, PolishKernel, Summary, bulk_ess, polish};
+use parvi_infer::evaluation::{CHEES_AFTER, Polish, PolishConfig, PolishKernel, Summary, bulk_ess, polish};
 use parvi_infer::{
     AdapterConfig, EngineRng, EngineSpec, FitConfig, KernelConfig, MethodConfig, Particles, fit, fit_reported,
 };
@@ -282,6 +282,19 @@ fn chees_needs_fewer_gradients_than_mala_on_a_correlated_gaussian() {
     }
 }
 
+/// Every reference mean within four Monte Carlo errors of the polish's ESS (plus three of the
+/// 10,000 reference draws' own, 0.01 sd), every sd within four errors of a variance
+/// (`sqrt(2 / ESS)`): `draws` are the reported quantities, `width` a draw.
+#[track_caller]
+fn assert_reference_moments(reference: &ReferenceDraws, draws: &[f64], width: usize, p: &Polish) {
+    let c = compare(reference.values(), &reference.select(draws, width), reference.params(), None).unwrap();
+    let (mean_tol, sd_tol) = (4.0 / p.min_ess.sqrt() + 0.03, 4.0 * (2.0 / p.min_ess).sqrt());
+    for ((name, e), r) in reference.names().iter().zip(&c.mean_error_sd).zip(&c.sd_ratio) {
+        assert!(e.abs() < mean_tol, "{name}: mean off by {e:.3} sd (tolerance {mean_tol:.3}); {p:?}");
+        assert!((r - 1.0).abs() < sd_tol, "{name}: sd ratio {r:.3} (tolerance {sd_tol:.3}); {p:?}");
+    }
+}
+
 /// eight_schools (non-centred), the default path with the ChEES polish through `fit_reported`:
 /// every reference mean within four Monte Carlo errors of the polish's ESS (plus three of the
 /// 10,000 reference draws' own, 0.01 sd), every sd within four errors of a variance
@@ -306,12 +319,7 @@ fn chees_polish_gets_eight_schools_right_and_stops_on_the_summarys_rhat() {
     assert!(p.converged && p.kernel == PolishKernel::Chees, "{p:?}");
     let width = model.param_names().len();
     let draws = to_vec_f64(&model.reported(result.draws.positions.clone()));
-    let c = compare(reference.values(), &reference.select(&draws, width), reference.params(), None).unwrap();
-    let (mean_tol, sd_tol) = (4.0 / p.min_ess.sqrt() + 0.03, 4.0 * (2.0 / p.min_ess).sqrt());
-    for ((name, e), r) in reference.names().iter().zip(&c.mean_error_sd).zip(&c.sd_ratio) {
-        assert!(e.abs() < mean_tol, "{name}: mean off by {e:.3} sd (tolerance {mean_tol:.3}); {p:?}");
-        assert!((r - 1.0).abs() < sd_tol, "{name}: sd ratio {r:.3} (tolerance {sd_tol:.3}); {p:?}");
-    }
+    assert_reference_moments(&reference, &draws, width, &p);
     // The summary of the same draws: chain after chain, lp__ first, as `parvi fit` prints it.
     let chains = result.chains.expect("chains");
     let rows = result.draws.len();
@@ -351,14 +359,8 @@ fn auto_hands_eight_schools_to_chees_after_mala_stalls() {
     assert!(p.converged && p.kernel == PolishKernel::Chees, "{p:?}");
     let mala = p.mala_before_chees.expect("handed over");
     assert!((CHEES_AFTER..CHEES_AFTER + CHEES_AFTER / 2).contains(&mala), "handed over after {mala} MALA steps: {p:?}");
-    let width = model.param_names().len();
     let draws = to_vec_f64(&model.reported(result.draws.positions.clone()));
-    let c = compare(reference.values(), &reference.select(&draws, width), reference.params(), None).unwrap();
-    let (mean_tol, sd_tol) = (4.0 / p.min_ess.sqrt() + 0.03, 4.0 * (2.0 / p.min_ess).sqrt());
-    for ((name, e), r) in reference.names().iter().zip(&c.mean_error_sd).zip(&c.sd_ratio) {
-        assert!(e.abs() < mean_tol, "{name}: mean off by {e:.3} sd (tolerance {mean_tol:.3}); {p:?}");
-        assert!((r - 1.0).abs() < sd_tol, "{name}: sd ratio {r:.3} (tolerance {sd_tol:.3}); {p:?}");
-    }
+    assert_reference_moments(&reference, &draws, model.param_names().len(), &p);
 }
 
 /// NUTS as the polish kernel (`fit` runs it; it is an engine): 4 chains x 1,000 draws from the

@@ -83,11 +83,10 @@ pub fn linear_scan(a: Tensor<2>, b: Tensor<2>) -> Result<Tensor<2>, ModelError> 
 /// `x_{-1} = init` `[n, K]`, all particles at once: `[n, T, K]`, `x_t` at index `t`.
 ///
 /// The cost is what a user can count: `T` calls of `step` (each its own handful of autodiff
-/// nodes over `[n, K]`) and one `T`-way concatenation at the end. For 100 particles and a
-/// multiply-add a step that is 25 to 35 us a step at `T = 200` (4 to 7 times [`linear_scan`])
-/// and about 115 us at `T = 2000` (16 to 18 times; a longer tape costs more a node:
-/// `docs/benchmarks.md`). `step` reads its time point's data by index (`y.clone().narrow(1, t,
-/// 1)`, a view, not a copy).
+/// nodes over `[n, K]`) and one `T`-way concatenation at the end, so it grows at least linearly
+/// in `T` where [`linear_scan`]'s grows as `log T` (the two timed in `docs/benchmarks.md`).
+/// `step` reads its time point's data by index (`y.clone().narrow(1, t, 1)`, a view, not a
+/// copy).
 ///
 /// # Errors
 /// If `steps` is 0, `init` has no columns, or `step` returns an error or a state of another shape

@@ -5,7 +5,7 @@
 //! subtrees and their neighbours (Stan 2.26's extra checks); a diagonal metric; Stan's warm-up.
 //!
 //! Every chain builds its own tree, with its own random stream. The chains may be split over
-//! threads (one by default: see [`NutsConfig::threads`]); within a thread, every chain that waits on the model has
+//! threads (one by default: [`NutsConfig::threads`]); within a thread, every chain that waits on the model has
 //! its row in one batched `log_prob` and score of `[rows, dim]`, the tree bookkeeping on the host
 //! in `f64` per chain (small vectors). A chain whose tree is done starts its next transition at
 //! once rather than waiting for the others' deeper trees; the recursion of Stan's `build_tree`
@@ -64,10 +64,9 @@ pub struct NutsConfig {
     /// Threads the chains are split over (each thread's chains share its batched model calls);
     /// 0: one per core, at most one per chain. The draws do not depend on it. The default is
     /// one: burn's autodiff registers every operation of every thread in one graph behind a
-    /// mutex, and the flex backend already spreads a large operation over the cores, so on the
-    /// 2-core VM two threads made each call slower than one thread's call with twice the rows
-    /// (accel_gp 80 s against 65 s, Lotka-Volterra's NUTS 25.8 s against 17.9 s, eight_schools
-    /// 1.55 s against 1.39 s; docs/posteriordb.md, "One thread").
+    /// mutex, and the flex backend already spreads a large operation over the cores, so more
+    /// threads made each call slower than one thread's call with all the rows (measured in
+    /// docs/posteriordb.md, "One thread").
     pub threads: usize,
     /// Warm-up iterations per chain (adaptation; not kept).
     pub warmup: usize,

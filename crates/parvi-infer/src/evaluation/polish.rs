@@ -724,7 +724,7 @@ struct Monitor<'v> {
     thin: usize,
     /// Each watched quantity's R-hat at the look that last ranked it (infinite before): a look
     /// ranks the worst first, so a failing look usually stops after one or two.
-    last_rhat: std::cell::RefCell<Vec<f64>>,
+    last_rhat: Vec<f64>,
 }
 
 impl<'v> Monitor<'v> {
@@ -738,7 +738,7 @@ impl<'v> Monitor<'v> {
             q: 0,
             snapshots: 0,
             thin: 1,
-            last_rhat: std::cell::RefCell::new(Vec::new()),
+            last_rhat: Vec::new(),
         }
     }
 
@@ -794,7 +794,7 @@ impl<'v> Monitor<'v> {
     /// figures are used (the last, reported; one an offer to NUTS may follow, which compares
     /// them) ranks every quantity.
     fn look(
-        &self,
+        &mut self,
         spent: usize,
         next_look: &mut usize,
         config: &PolishConfig,
@@ -806,7 +806,7 @@ impl<'v> Monitor<'v> {
             return Ok(false);
         }
         let view = TraceView::new(&self.watched, self.snapshots, self.n, self.q)?;
-        let mut last = self.last_rhat.borrow_mut();
+        let last = &mut self.last_rhat;
         if last.len() != self.q {
             *last = vec![f64::INFINITY; self.q];
         }

@@ -5,8 +5,7 @@ use burn::tensor::{Bool, Tensor};
 
 use super::{LN_2PI, bad};
 use crate::ModelError;
-use crate::linalg::{Triangle, cholesky, triangular_solve};
-use crate::tensor_ops::diagonal;
+use crate::linalg::{Triangle, cholesky, log_det_from_cholesky, triangular_solve};
 
 /// The batch that the arguments' batches (each 1 or `n`) broadcast to, `n` being the first that
 /// is not 1; else the first argument whose batch is neither, with its batch and `n`.
@@ -30,10 +29,9 @@ fn diag_matrix(v: Tensor<2>) -> Tensor<3> {
     v.reshape([n, k, 1]) * eye
 }
 
-/// `sum_i log L_ii` of a batch of Cholesky factors `[n, K, K]`: `[n]`.
+/// `sum_i log L_ii = log det(L L^T) / 2` of a batch of Cholesky factors `[n, K, K]`: `[n]`.
 fn half_log_det(l: Tensor<3>) -> Tensor<1> {
-    let n = l.dims()[0];
-    diagonal(l).log().sum_dim(1).reshape([n])
+    log_det_from_cholesky(l).mul_scalar(0.5)
 }
 
 /// Stan's `multi_gp(y | Sigma, w)` and `multi_gp_cholesky(y | L, w)`: the `K` rows of `y`
