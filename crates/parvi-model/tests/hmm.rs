@@ -1,9 +1,11 @@
 //! The HMM forward algorithm against an independent `f64` forward recursion (the sequential
-//! `log_sum_exp` loop of posteriordb's `hmm_example`), and its gradient against finite differences.
+//! `log_sum_exp` loop of posteriordb's `hmm_example`), and its gradient against finite differences;
+//! the CPU's fused operation (flex natively, ndarray by a host read) against the GPU's log-depth
+//! tensor form.
 
 use parvi_model::BackendKind;
 use parvi_model::burn::tensor::{Tensor, TensorData};
-use parvi_model::hmm::hmm_marginal;
+use parvi_model::hmm::{hmm_marginal, hmm_marginal_log_depth};
 use parvi_model::tensor_ops::to_vec_f64;
 
 fn lse(v: &[f64]) -> f64 {
@@ -124,4 +126,101 @@ fn shapes_that_do_not_fit_are_named() {
     )
     .unwrap_err();
     assert!(err.to_string().contains("log_rho"), "{err}");
+}
+
+/// The three gradients of `sum_i w_i log p_i` with respect to `log_omega`, `log_gamma` and
+/// `log_rho`, and the values, through `f`.
+fn value_and_grads(
+    f: fn(Tensor<3>, Tensor<3>, Tensor<2>) -> Result<Tensor<1>, parvi_model::ModelError>,
+    device: &parvi_model::burn::tensor::Device,
+    (omega, gamma, rho): (&[f64], &[f64], &[f64]),
+    [n, t, k]: [usize; 3],
+) -> [Vec<f64>; 4] {
+    let om = tensor(omega, [n, t, k], device).require_grad();
+    let ga = tensor(gamma, [n, k, k], device).require_grad();
+    let rh = tensor(rho, [n, k], device).require_grad();
+    let lp = f(om.clone(), ga.clone(), rh.clone()).unwrap();
+    let weights = tensor(&(0..n).map(|p| 1.0 + p as f64).collect::<Vec<_>>(), [n], device);
+    let grads = (lp.clone() * weights).sum().backward();
+    [
+        to_vec_f64(&lp),
+        to_vec_f64(&om.grad(&grads).unwrap()),
+        to_vec_f64(&ga.grad(&grads).unwrap()),
+        to_vec_f64(&rh.grad(&grads).unwrap()),
+    ]
+}
+
+#[test]
+fn the_fused_operation_matches_the_log_depth_form_on_both_cpu_backends() {
+    let (n, t, k) = (4, 37, 3);
+    // Emissions spread over 20 nats (so that the scaled pass must shift them), rows of Gamma
+    // from raw values, an initial distribution that is not uniform.
+    let omega: Vec<f64> = values(n * t * k, 11).iter().map(|v| 10.0 * v - 5.0).collect();
+    let gamma: Vec<f64> = (0..n).flat_map(|p| log_rows(&values(k * k, 30 + p as u64), k)).collect();
+    let rho: Vec<f64> = (0..n).flat_map(|p| log_rows(&values(k, 40 + p as u64), k)).collect();
+    let flex = BackendKind::Flex.device().unwrap().autodiff();
+    let want = value_and_grads(hmm_marginal_log_depth, &flex, (&omega, &gamma, &rho), [n, t, k]);
+    for device in [flex, BackendKind::Ndarray.device().unwrap().autodiff()] {
+        let got = value_and_grads(hmm_marginal, &device, (&omega, &gamma, &rho), [n, t, k]);
+        for (what, (g, w)) in ["log p", "d log_omega", "d log_gamma", "d log_rho"].iter().zip(got.iter().zip(&want)) {
+            assert_eq!(g.len(), w.len(), "{what}");
+            for (i, (a, b)) in g.iter().zip(w).enumerate() {
+                // The log-depth form sums in f32 over T steps; the fused pass in f64.
+                assert!((a - b).abs() < 2e-4 * (1.0 + b.abs()), "{what}[{i}] on {device:?}: {a} vs {b}");
+            }
+        }
+    }
+    // The gradient in log_rho is the posterior of the first state, times the particle's weight:
+    // each particle's sums to its weight.
+    let got = value_and_grads(
+        hmm_marginal,
+        &BackendKind::Flex.device().unwrap().autodiff(),
+        (&omega, &gamma, &rho),
+        [n, t, k],
+    );
+    for p in 0..n {
+        let total: f64 = got[3][p * k..(p + 1) * k].iter().sum();
+        assert!((total - (1.0 + p as f64)).abs() < 1e-5, "particle {p}: {total}");
+    }
+}
+
+#[test]
+fn the_initial_distributions_gradient_matches_finite_differences() {
+    let device = BackendKind::Flex.device().unwrap().autodiff();
+    let (t, k) = (6, 3);
+    let omega: Vec<f64> = values(t * k, 7).iter().map(|v| 2.0 * v).collect();
+    let gamma = log_rows(&values(k * k, 8), k);
+    let rho = log_rows(&values(k, 9), k);
+    let [_, _, _, g_rho] = value_and_grads(hmm_marginal, &device, (&omega, &gamma, &rho), [1, t, k]);
+    let h = 1e-6;
+    for i in 0..k {
+        let (mut up, mut down) = (rho.clone(), rho.clone());
+        up[i] += h;
+        down[i] -= h;
+        let fd = (forward(&omega, &gamma, &up, t, k) - forward(&omega, &gamma, &down, t, k)) / (2.0 * h);
+        assert!((g_rho[i] - fd).abs() < 1e-4, "d/d rho[{i}]: {} vs {fd}", g_rho[i]);
+    }
+}
+
+#[test]
+fn an_impossible_observation_gives_minus_infinity_and_no_nan() {
+    let device = BackendKind::Flex.device().unwrap().autodiff();
+    let (n, t, k) = (2, 5, 2);
+    let mut omega: Vec<f64> = values(n * t * k, 3).to_vec();
+    // Particle 1's third observation is impossible in every state; particle 0 only in one.
+    omega[t * k + 2 * k] = f64::NEG_INFINITY;
+    omega[t * k + 2 * k + 1] = f64::NEG_INFINITY;
+    omega[2 * k] = f64::NEG_INFINITY;
+    let gamma: Vec<f64> = (0..n).flat_map(|p| log_rows(&values(k * k, 20 + p as u64), k)).collect();
+    let rho = vec![0.0; n * k];
+    let [lp, d_omega, d_gamma, d_rho] = value_and_grads(hmm_marginal, &device, (&omega, &gamma, &rho), [n, t, k]);
+    let want = forward(&omega[..t * k], &gamma[..k * k], &rho[..k], t, k);
+    assert!((lp[0] - want).abs() < 1e-4 * (1.0 + want.abs()), "{} vs {want}", lp[0]);
+    assert_eq!(lp[1], f64::NEG_INFINITY);
+    // The impossible state of particle 0 has posterior probability zero at that time.
+    assert_eq!(d_omega[2 * k], 0.0);
+    for d in d_omega.iter().chain(&d_gamma).chain(&d_rho) {
+        assert!(d.is_finite(), "a non-finite gradient entry");
+    }
+    assert!(d_omega[t * k..].iter().all(|&d| d == 0.0), "the impossible particle's gradient is zero");
 }
