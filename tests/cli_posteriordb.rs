@@ -63,8 +63,9 @@ fn a_row_carries_the_comparison_and_the_diagnostics() {
 
 #[test]
 fn the_stationarity_warning_is_printed() {
-    // SVGD's biased fixed point on eight_schools (tau 1.6 reference sds off): the bench prints the
-    // check's warning under the row and names log tau (unconstrained coordinate 9).
+    // SVGD's biased fixed point on eight_schools (tau over a reference sd off): the bench prints
+    // the check's warning under the row and names the coordinate that moved most (log tau, 9, or
+    // mu, 0, depending on the whitening's last digits: the probed mode search moved it to 0).
     let Some(suite) = std::env::var_os("PARVI_POSTERIORDB_DIR") else {
         eprintln!("skipped: set PARVI_POSTERIORDB_DIR to run it");
         return;
@@ -76,5 +77,6 @@ fn the_stationarity_warning_is_printed() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("warning: svgd did not end at the target") && stdout.contains("coordinate 9"), "{stdout}");
+    let named = ["coordinate 0 ", "coordinate 9 "].iter().any(|c| stdout.contains(c));
+    assert!(stdout.contains("warning: svgd did not end at the target") && named, "{stdout}");
 }

@@ -388,11 +388,12 @@ pub(crate) fn sum_squares(v: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + rest
 }
 
-fn f32_values(t: &FlexTensor) -> Option<&[f32]> {
+/// A flex tensor's values when it holds `f32` (contiguous: call `to_contiguous` first).
+pub(crate) fn f32_values(t: &FlexTensor) -> Option<&[f32]> {
     if t.dtype() == DType::F32 { t.as_slice::<f32>() } else { None }
 }
 
-fn f32_tensor<const D: usize>(values: Vec<f32>, shape: [usize; D]) -> FlexTensor {
+pub(crate) fn f32_tensor<const D: usize>(values: Vec<f32>, shape: [usize; D]) -> FlexTensor {
     FlexTensor::from_data(TensorData::new(values, shape))
 }
 

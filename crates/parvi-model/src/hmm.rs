@@ -27,9 +27,10 @@ use burn::backend::flex::FlexTensor;
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, Dispatch, Flex, TensorMetadata, backend_extension};
 use burn::tensor::Tensor;
-use burn::tensor::{DType, Shape, Slice, TensorData};
+use burn::tensor::{Shape, Slice, TensorData};
 
 use crate::ModelError;
+use crate::fused::{f32_tensor, f32_values};
 use crate::tensor_ops::{is_cpu, log_sum_exp};
 
 /// Log of zero for the log-semiring identity: finite, so that no `inf - inf` reaches autodiff,
@@ -353,14 +354,6 @@ impl HmmOps for Flex {
         };
         f32_tensor(packed, [n, packed_width(t, k)])
     }
-}
-
-fn f32_values(t: &FlexTensor) -> Option<&[f32]> {
-    if t.dtype() == DType::F32 { t.as_slice::<f32>() } else { None }
-}
-
-fn f32_tensor<const D: usize>(values: Vec<f32>, shape: [usize; D]) -> FlexTensor {
-    FlexTensor::from_data(TensorData::new(values, Shape::new(shape)))
 }
 
 impl<B: HmmOps, C: CheckpointStrategy> HmmOps for Autodiff<B, C> {

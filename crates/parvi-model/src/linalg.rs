@@ -17,6 +17,7 @@ use crate::ModelError;
 pub use crate::tensor_ops::diagonal;
 
 mod flex;
+mod gp;
 mod ops;
 
 #[doc(hidden)]
@@ -161,15 +162,17 @@ pub fn log_det_from_cholesky(l: Tensor<3>) -> Tensor<1> {
 /// scales `rho` `[n, 1]`: `[n, N, N]`.
 ///
 /// The squared distances are summed from coordinate differences (exact zero on the diagonal,
-/// never negative), once for all particles; autodiff goes through the elementwise operations.
+/// never negative), once for all particles; the covariance is one autodiff node whose backward
+/// reuses it (no second `exp` over `[n, N, N]`).
 ///
 /// # Errors
 /// If `x` has more than two axes or no points, or `alpha` and `rho` are not `[n, 1]` with one `n`.
 pub fn exp_quad_cov<const D: usize>(x: Tensor<D>, alpha: Tensor<2>, rho: Tensor<2>) -> Result<Tensor<3>, ModelError> {
-    let (sq, n) = kernel_inputs("gp_exp_quad_cov", x, &alpha, &rho)?;
-    let inv_two_rho_sq = rho.square().mul_scalar(2.0).recip().reshape([n, 1, 1]);
-    let alpha_sq = alpha.square().reshape([n, 1, 1]);
-    Ok((sq.neg() * inv_two_rho_sq).exp() * alpha_sq)
+    let (sq, _) = kernel_inputs("gp_exp_quad_cov", x, &alpha, &rho)?;
+    // One node with its own backward (`linalg/gp.rs`): the sum of squares in `alpha`'s dtype.
+    let sq = sq.cast(alpha.dtype());
+    let out = <Dispatch as gp::GpKernelOps>::exp_quad(sq.into_dispatch(), alpha.into_dispatch(), rho.into_dispatch());
+    Ok(Tensor::from_dispatch(out))
 }
 
 /// The squared distances `[1, N, N]` between the data points `x` (`[N]` or `[N, D]`), and the

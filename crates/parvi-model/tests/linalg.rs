@@ -629,3 +629,62 @@ fn a_zero_mean_mvn_on_plain_data_differentiates_through_its_factor() {
     let err = max_rel_err(&host(&g), &fd);
     assert!(err < 1e-6, "gradient off by {err}");
 }
+
+/// `sum_{p,i,j} w_pij K_pij` for `gp_exp_quad_cov(x, alpha, rho)` in `f64` on the host.
+fn weighted_exp_quad(x: &[f64], alpha: &[f64], rho: &[f64], w: &[f64], d: usize) -> f64 {
+    let points = x.len() / d;
+    let mut total = 0.0;
+    for p in 0..alpha.len() {
+        for i in 0..points {
+            for j in 0..points {
+                let sq: f64 = (0..d).map(|c| (x[i * d + c] - x[j * d + c]).powi(2)).sum();
+                let k = alpha[p] * alpha[p] * (-sq / (2.0 * rho[p] * rho[p])).exp();
+                total += w[(p * points + i) * points + j] * k;
+            }
+        }
+    }
+    total
+}
+
+#[test]
+fn exp_quad_cov_gradients_in_the_points_too_match_finite_differences() {
+    // The covariance is one node with its own backward (`linalg/gp.rs`): its gradients in alpha,
+    // rho and in the points themselves (inputs a model may sample) against central differences
+    // of the f64 host sum, with weights that make every entry count.
+    let device = flex().autodiff();
+    let (n, points, d) = (2, 4, 2);
+    let (alpha, rho) = (vec![0.7, 1.5], vec![0.6, 2.3]);
+    let x = values(points * d, 41);
+    let w = values(n * points * points, 42);
+    let xt = tensor(&x, [points, d], DType::F64, &device).require_grad();
+    let at = tensor(&alpha, [n, 1], DType::F64, &device).require_grad();
+    let rt = tensor(&rho, [n, 1], DType::F64, &device).require_grad();
+    let cov = exp_quad_cov(xt.clone(), at.clone(), rt.clone()).unwrap();
+    let grads = (cov * tensor(&w, [n, points, points], DType::F64, &device)).sum().backward();
+    let (gx, ga, gr) =
+        (host(&xt.grad(&grads).unwrap()), host(&at.grad(&grads).unwrap()), host(&rt.grad(&grads).unwrap()));
+    let h = 1e-6;
+    let fd = |f: &dyn Fn(f64) -> f64| (f(h) - f(-h)) / (2.0 * h);
+    for p in 0..n {
+        let da = fd(&|e| {
+            let mut a = alpha.clone();
+            a[p] += e;
+            weighted_exp_quad(&x, &a, &rho, &w, d)
+        });
+        let dr = fd(&|e| {
+            let mut r = rho.clone();
+            r[p] += e;
+            weighted_exp_quad(&x, &alpha, &r, &w, d)
+        });
+        assert!((ga[p] - da).abs() < 1e-6 * (1.0 + da.abs()), "d/d alpha[{p}]: {} vs {da}", ga[p]);
+        assert!((gr[p] - dr).abs() < 1e-6 * (1.0 + dr.abs()), "d/d rho[{p}]: {} vs {dr}", gr[p]);
+    }
+    for i in 0..x.len() {
+        let dx = fd(&|e| {
+            let mut y = x.clone();
+            y[i] += e;
+            weighted_exp_quad(&y, &alpha, &rho, &w, d)
+        });
+        assert!((gx[i] - dx).abs() < 1e-6 * (1.0 + dx.abs()), "d/d x[{i}]: {} vs {dx}", gx[i]);
+    }
+}
