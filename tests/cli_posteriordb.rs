@@ -65,7 +65,8 @@ fn a_row_carries_the_comparison_and_the_diagnostics() {
 fn the_stationarity_warning_is_printed() {
     // SVGD's biased fixed point on eight_schools (tau over a reference sd off): the bench prints
     // the check's warning under the row and names the coordinate that moved most (log tau, 9, or
-    // mu, 0, depending on the whitening's last digits: the probed mode search moved it to 0).
+    // theta_trans[1], 0, depending on the whitening's last digits: the probed mode search moved
+    // it to 0).
     let Some(suite) = std::env::var_os("PARVI_POSTERIORDB_DIR") else {
         eprintln!("skipped: set PARVI_POSTERIORDB_DIR to run it");
         return;
