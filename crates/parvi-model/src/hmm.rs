@@ -135,6 +135,15 @@ fn log_identity(n: usize, k: usize, device: &burn::tensor::Device) -> Tensor<4> 
     log_eye.reshape([1, 1, k, k]).repeat_dim(0, n)
 }
 
+/// The per-pass buffers of [`forward_backward`], kept across the particles of a batch: the
+/// filtered `a_t` `[T K]`, the shifted emissions `omega_t` `[T K]` and the scales `c_t` `[T]`.
+#[derive(Default)]
+struct Scratch {
+    filtered: Vec<f64>,
+    omegas: Vec<f64>,
+    scales: Vec<f64>,
+}
+
 /// Where a particle's gradients go: the upstream gradient `g`, then `d log_omega` `[T K]`,
 /// `d log_gamma` `[K K]` and `d log_rho` `[K]` of its packed row.
 type GradsOut<'a> = (f64, &'a mut [f32], &'a mut [f32], &'a mut [f32]);
@@ -142,7 +151,7 @@ type GradsOut<'a> = (f64, &'a mut [f32], &'a mut [f32], &'a mut [f32]);
 /// The scaled forward-backward pass of one particle, in `f64` (Stan math's `hmm_marginal`):
 /// `omega_t = exp(log omega_t - max_k log omega_t[k])`, `Gamma = exp(log Gamma - max)`, `rho`
 /// likewise, `a_t = (a_{t-1}^T Gamma) o omega_t / c_t` with `c_t` its sum, so that
-/// `log p = sum_t log c_t` plus the shifts. `scratch` holds the filtered `a_t` between calls.
+/// `log p = sum_t log c_t` plus the shifts. `scratch` is reused from particle to particle.
 ///
 /// With `grads = Some((g, d_omega, d_gamma, d_rho))` it also runs the backward recursion
 /// `b_t[j] = sum_k Gamma[j, k] omega_{t+1}[k] b_{t+1}[k] / c_{t+1}` and writes `g` times
@@ -153,7 +162,7 @@ type GradsOut<'a> = (f64, &'a mut [f32], &'a mut [f32], &'a mut [f32]);
 fn forward_backward(
     (log_omega, log_gamma, log_rho): (&[f32], &[f32], &[f32]),
     k: usize,
-    scratch: &mut Vec<f64>,
+    scratch: &mut Scratch,
     grads: Option<GradsOut<'_>>,
 ) -> f64 {
     let t = log_omega.len() / k;
@@ -165,10 +174,11 @@ fn forward_backward(
     }
     let gamma = exp_shifted(log_gamma, gamma_max);
     let mut log_p = rho_max + (t - 1) as f64 * gamma_max;
-    scratch.clear();
-    scratch.resize(t * k, 0.0);
-    let mut scales = Vec::with_capacity(t);
-    let mut omegas = Vec::with_capacity(t * k);
+    let Scratch { filtered, omegas, scales } = scratch;
+    filtered.clear();
+    filtered.resize(t * k, 0.0);
+    omegas.clear();
+    scales.clear();
     for step in 0..t {
         let row = &log_omega[step * k..(step + 1) * k];
         let m = shift(row);
@@ -178,7 +188,7 @@ fn forward_backward(
         log_p += m;
         omegas.extend(row.iter().map(|&x| (f64::from(x) - m).exp()));
         let omega = &omegas[step * k..];
-        let (before, now) = scratch.split_at_mut(step * k);
+        let (before, now) = filtered.split_at_mut(step * k);
         let now = &mut now[..k];
         if step == 0 {
             let rho = exp_shifted(log_rho, rho_max);
@@ -207,7 +217,7 @@ fn forward_backward(
     let mut b_prev = vec![0.0f64; k];
     let mut w = vec![0.0f64; k];
     for step in (0..t).rev() {
-        let a = &scratch[step * k..(step + 1) * k];
+        let a = &filtered[step * k..(step + 1) * k];
         for s in 0..k {
             d_omega[step * k + s] = (g * a[s] * b[s]) as f32;
         }
@@ -220,7 +230,7 @@ fn forward_backward(
         // w_k = omega_t[k] b_t[k] / c_t, shared by the transition counts and b_{t-1}.
         let omega = &omegas[step * k..(step + 1) * k];
         w.iter_mut().zip(omega.iter().zip(&b)).for_each(|(w, (o, b))| *w = o * b / scales[step]);
-        let a_prev = &scratch[(step - 1) * k..step * k];
+        let a_prev = &filtered[(step - 1) * k..step * k];
         for from in 0..k {
             let mut sum = 0.0;
             for to in 0..k {
@@ -251,7 +261,7 @@ fn nonfinite(value: f64, grads: Option<GradsOut<'_>>) -> f64 {
 
 /// `[n]` log marginals of `[n, T, K]`, `[n, K, K]` and `[n, K]` host values.
 fn host_forward(omega: &[f32], gamma: &[f32], rho: &[f32], [n, t, k]: [usize; 3]) -> Vec<f32> {
-    let mut scratch = Vec::new();
+    let mut scratch = Scratch::default();
     (0..n)
         .map(|p| {
             let parts =
@@ -266,7 +276,7 @@ fn host_forward(omega: &[f32], gamma: &[f32], rho: &[f32], [n, t, k]: [usize; 3]
 fn host_grads(omega: &[f32], gamma: &[f32], rho: &[f32], upstream: &[f32], [n, t, k]: [usize; 3]) -> Vec<f32> {
     let width = packed_width(t, k);
     let mut out = vec![0f32; n * width];
-    let mut scratch = Vec::new();
+    let mut scratch = Scratch::default();
     for (p, row) in out.chunks_exact_mut(width).enumerate() {
         let parts = (&omega[p * t * k..(p + 1) * t * k], &gamma[p * k * k..(p + 1) * k * k], &rho[p * k..(p + 1) * k]);
         let (d_omega, rest) = row.split_at_mut(t * k);
