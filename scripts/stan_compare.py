@@ -114,6 +114,12 @@ def run_stan(folder, args):
     build = time.perf_counter() - t0
     if args.build_only:
         return {"stan_build_s": build}
+    # httpstan also caches every fit under its arguments (seed included): a rerun would read
+    # the stored draws back in a fraction of a second. Drop them so that every run samples.
+    from httpstan.cache import model_directory
+
+    for cached in (model_directory(model.model_name) / "fits").glob("*.jsonlines.gz"):
+        cached.unlink()
     t0 = time.perf_counter()
     fit = model.sample(num_chains=args.chains, num_warmup=args.warmup, num_samples=args.samples)
     sample = time.perf_counter() - t0

@@ -33,9 +33,9 @@ pub use engines::EngineConfig;
 pub use engines::{
     AdversarialConfig, AdversarialInduced, AnnealedConfig, AnnealedGfSvgd, AnnealedSvgd, AuxDensity,
     ControlFunctionalConfig, CurveFit, CurveFitKind, EmbeddingSource, GfSvgd, GfSvgdConfig, InducedConfig,
-    MeanEmbedding, MkSvgd, MkSvgdConfig, MmdFw, MmdFwConfig, NoiseCovariance, Nuts, NutsConfig, Pathfinder,
-    PathfinderConfig, PathfinderFit, RandomInduced, RandomSubset, Sgld, SgldConfig, SteinPoints, SteinPointsConfig,
-    StepRule, SubsetConfig, Svgd, TemperatureSchedule,
+    MeanEmbedding, MetricEstimate, MkSvgd, MkSvgdConfig, MmdFw, MmdFwConfig, NoiseCovariance, Nuts, NutsConfig,
+    Pathfinder, PathfinderConfig, PathfinderFit, RandomInduced, RandomSubset, Sgld, SgldConfig, SteinPoints,
+    SteinPointsConfig, StepRule, SubsetConfig, Svgd, TemperatureSchedule,
 };
 pub use error::InferError;
 pub use evaluation::{Trace, TraceConfig};

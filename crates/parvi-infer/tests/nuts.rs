@@ -9,7 +9,7 @@
 mod common;
 
 use common::{flex, posteriordb_dir};
-use parvi_infer::engines::{NutsConfig, NutsRun, nuts};
+use parvi_infer::engines::{MetricEstimate, NutsConfig, NutsRun, nuts};
 use parvi_infer::evaluation::ess;
 use parvi_infer::{AdapterConfig, EngineRng, EngineSpec, FitConfig, KernelConfig, MethodConfig, fit};
 use parvi_model::LogDensity;
@@ -90,6 +90,28 @@ fn correlated_gaussian_means_and_sds_within_monte_carlo_error() {
     assert!(run.warnings.is_empty(), "{:?}", run.warnings);
     // One batched call per leapfrog step of the slowest chain: fewer calls than chain-gradients.
     assert!(run.batched_calls < run.gradients(), "{} calls, {} gradients", run.batched_calls, run.gradients());
+}
+
+#[test]
+fn the_metric_is_the_windows_variance_or_its_gradient_scaled_form() {
+    // The correlated Gaussian above: Sigma = [[1, 1.8], [1.8, 4]], Sigma^-1's diagonal
+    // (4, 1) / 0.76. Stan's estimate is Var(x) = (1, 4); nutpie's sqrt(Var(x) / Var(grad)),
+    // with grad = -Sigma^-1 x, is sqrt(diag(Sigma) / diag(Sigma^-1)) = (0.436, 1.744). The last
+    // window holds about 200 autocorrelated draws: each estimate within 30% of its own value,
+    // and the two intervals do not overlap, so the test tells the estimators apart.
+    let device = flex();
+    let model = Gaussian::new(&[1.0, -2.0], &[1.0, 1.8, 1.8, 4.0], &device).unwrap();
+    for (estimate, expected) in
+        [(MetricEstimate::DrawVariance, [1.0, 4.0]), (MetricEstimate::GradientScaled, [0.436, 1.744])]
+    {
+        let config = NutsConfig { warmup: 500, draws: 50, metric_estimate: estimate, ..NutsConfig::default() };
+        let run = nuts(&model, &config, None, &mut EngineRng::new(3), &device).unwrap();
+        for (c, chain) in run.chain_reports.iter().enumerate() {
+            for (v, e) in chain.inv_metric.iter().zip(expected) {
+                assert!((v / e - 1.0).abs() < 0.3, "{estimate:?}, chain {c}: inverse metric {:?}", chain.inv_metric);
+            }
+        }
+    }
 }
 
 #[test]

@@ -25,7 +25,7 @@ pub use mk_svgd::{
     DEFAULT_LOG2_MAX, DEFAULT_LOG2_MIN, MkSvgd, MkSvgdConfig, describe_papers_grid, kernel_weights,
     rbf_bandwidth_of_papers_h,
 };
-pub use nuts::{ChainReport, Nuts, NutsConfig, NutsInit, NutsRun, nuts};
+pub use nuts::{ChainReport, MetricEstimate, Nuts, NutsConfig, NutsInit, NutsRun, nuts};
 pub use pathfinder::{Pathfinder, PathfinderConfig, PathfinderFit};
 pub use sgld::{NoiseCovariance, RepulsiveSgldConfig, Sgld, SgldConfig, batched_repulsion};
 pub use speedup::*;
