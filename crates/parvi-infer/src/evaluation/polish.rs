@@ -134,7 +134,9 @@ pub struct PolishConfig {
     /// The budget: gradients per chain after the warm-up, at most (MALA steps; autoMALA
     /// iterations; ChEES leapfrog steps).
     pub steps: usize,
-    /// Warm-up steps per chain that adapt the step size (their draws are dropped).
+    /// Warm-up steps per chain that adapt the step size (their draws are dropped). Under
+    /// [`crate::fit`], MALA chains that the stationarity check passed skip it: the check's run
+    /// was their warm-up (autoMALA's and ChEES's adaptation still take theirs).
     pub warmup: usize,
     /// Stop once the largest split R-hat over the coordinates is at most this (posteriordb's 1.01).
     pub rhat: f64,
@@ -338,7 +340,7 @@ pub fn polish_reported(
     seed: u64,
     reported: Option<&dyn Fn(Tensor<2>) -> Tensor<2>>,
 ) -> Result<Polished, InferError> {
-    polish_offering(model, particles, chains, config, seed, reported, None)
+    polish_offering(model, particles, chains, config, seed, reported, None, false)
 }
 
 /// Offered the chains' positions `[n, d]`, their kept draws (snapshot-major, row-major `d`
@@ -349,6 +351,12 @@ pub(crate) type TakeOver<'a> = &'a mut dyn FnMut(Tensor<2>, &[f32], f64, f64) ->
 /// [`polish_reported`] where [`PolishKernel::Auto`] offers autoMALA or ChEES chains still above
 /// [`HOPELESS_RHAT`] after [`NUTS_AFTER`] gradients to `take_over` once (NUTS, run by
 /// [`crate::fit`]): if it takes them the run ends there (not converged), else it goes on.
+///
+/// `warm`: the stationarity check passed `chains`, so their run (adapted to MALA's target
+/// acceptance, then compared with the particles and found stationary) is MALA's warm-up and the
+/// kept steps start at once; the looks' R-hat and ESS still judge every kept draw. Otherwise
+/// MALA first adapts for `config.warmup` steps.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn polish_offering(
     model: &dyn LogDensity,
     particles: &Particles,
@@ -357,6 +365,7 @@ pub(crate) fn polish_offering(
     seed: u64,
     reported: Option<&dyn Fn(Tensor<2>) -> Tensor<2>>,
     take_over: Option<TakeOver<'_>>,
+    warm: bool,
 ) -> Result<Polished, InferError> {
     config.validate()?;
     if config.kernel == PolishKernel::Nuts {
@@ -402,13 +411,14 @@ pub(crate) fn polish_offering(
         }
         _ => {
             let mut mala = Mala { model, scale: scale.clone(), rng: &mut rng, n, d };
-            let (state, h) = mala.adapt(state, h0, config.warmup)?;
+            let warmup = if warm && chains.is_some() { 0 } else { config.warmup };
+            let (state, h) = mala.adapt(state, h0, warmup)?;
             let start = MalaStart {
                 state,
                 scale: scale.clone(),
                 h,
-                evals: n * (1 + config.warmup),
-                warmup: config.warmup,
+                evals: n * (1 + warmup),
+                warmup,
                 auto_first: config.kernel == PolishKernel::AutoMala,
                 probe: config.kernel == PolishKernel::Auto,
             };
