@@ -715,7 +715,7 @@ pub fn fit_reported(
                 let take: Option<TakeOver<'_>> = if offered { Some(&mut take) } else { None };
                 // Chains the check passed are MALA's warm-up already (200 steps of it, 50 of
                 // them adapting the step size): the polish keeps from its first step.
-                let warm = from_chains.is_some() && !diagnostics.particles_flagged();
+                let warm = !diagnostics.particles_flagged();
                 polish_offering(target, from, from_chains, p, config.seed, Some(&watched), take, warm)
             };
             result.map(|mut run| {

@@ -4,9 +4,8 @@
 //! within them, and the generalized no-U-turn criterion checked across every merged pair of
 //! subtrees and their neighbours (Stan 2.26's extra checks); a diagonal metric; Stan's warm-up
 //! (dual averaging, the windowed schedule), whose windows estimate the metric as nutpie does,
-//! `sqrt(var(draws) / var(gradients))` (Stan's draw variance is [`MetricEstimate::DrawVariance`]):
-//! 10% fewer gradients over the 20 short posteriordb posteriors, 15% on accel_gp, same answers
-//! (docs/posteriordb.md, "A gradient-scaled metric").
+//! `sqrt(var(draws) / var(gradients))` (Stan's draw variance is [`MetricEstimate::DrawVariance`];
+//! measured in docs/posteriordb.md, "A gradient-scaled NUTS metric").
 //!
 //! Every chain builds its own tree, with its own random stream. The chains may be split over
 //! threads (one by default: [`NutsConfig::threads`]); within a thread, every chain that waits on the model has
@@ -611,11 +610,10 @@ impl ChainRun {
                 let n = e.n;
                 for ((v, s), sg) in chain.inv_metric.iter_mut().zip(&e.m2).zip(&g.m2) {
                     let var = if n > 1.0 { s / (n - 1.0) } else { 1.0 };
+                    // A coordinate whose gradient did not vary keeps its draw variance.
                     let var = match config.metric_estimate {
-                        MetricEstimate::DrawVariance => var,
-                        // A coordinate whose gradient did not vary keeps its draw variance.
                         MetricEstimate::GradientScaled if *sg > 0.0 && n > 1.0 => (var / (sg / (n - 1.0))).sqrt(),
-                        MetricEstimate::GradientScaled => var,
+                        _ => var,
                     };
                     *v = (n / (n + 5.0)) * var + 1e-3 * (5.0 / (n + 5.0));
                 }
