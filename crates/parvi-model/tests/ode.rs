@@ -172,6 +172,51 @@ fn oscillator_gradients_match_closed_form() {
     }
 }
 
+/// `y' = -exp(theta) y^3`: nonlinear in both `y` and `theta` (every derivative of `f` nonzero),
+/// so the sensitivities' difference quotients have a truncation error to stay under.
+fn cubic_decay(_t: f64, y: Tensor<2>, theta: &Tensor<2>) -> Tensor<2> {
+    -(theta.clone().exp() * y.clone().powi_scalar(3))
+}
+
+#[test]
+fn nonlinear_gradients_match_closed_form_in_f64_and_f32() {
+    // y(t) = y0 / sqrt(1 + a), a = 2 k y0^2 t, k = exp(theta): dy/dy0 = (1 + a)^(-3/2),
+    // dy/dtheta = -k y0^3 t (1 + a)^(-3/2).
+    let device = flex();
+    let thetas = [-1.0, 0.0, 0.7];
+    let y0s = [0.5, 1.5, -2.0];
+    let ts = [0.2, 0.5, 1.0, 2.0];
+    let weights = [1.0, -0.5, 2.0, 0.75];
+    for (dtype, opts, tol) in [
+        (DType::F64, OdeOptions::new(1e-9, 1e-9, 100_000), 1e-6),
+        (DType::F32, OdeOptions::new(1e-6, 1e-6, 100_000), 2e-4),
+    ] {
+        let w = Tensor::<3>::from_data(TensorData::new(weights.to_vec(), [1, ts.len(), 1]), (&device, dtype));
+        let (_, g_y0, g_theta) = value_and_grad2(
+            tensor(y0s.to_vec(), [3, 1], dtype, &device),
+            tensor(thetas.to_vec(), [3, 1], dtype, &device),
+            |y0, theta| {
+                let sol = ode_rk45(cubic_decay, y0, 0.0, &ts, &theta, &opts).unwrap();
+                (sol.states * w.clone().autodiff()).sum_dim(1).reshape([3])
+            },
+        )
+        .unwrap();
+        let (g_y0, g_theta) = (host(&g_y0), host(&g_theta));
+        for p in 0..3 {
+            let (k, y0) = (thetas[p].exp(), y0s[p]);
+            let factor = |t: f64| (1.0 + 2.0 * k * y0 * y0 * t).powf(-1.5);
+            let dy0: f64 = ts.iter().zip(weights).map(|(&t, w)| w * factor(t)).sum();
+            let dth: f64 = ts.iter().zip(weights).map(|(&t, w)| -w * k * y0.powi(3) * t * factor(t)).sum();
+            for (got, want, what) in [(g_y0[p], dy0, "y0"), (g_theta[p], dth, "theta")] {
+                assert!(
+                    (got - want).abs() < tol * (1.0 + want.abs()),
+                    "{dtype:?} particle {p}, d/d{what}: {got} vs {want}"
+                );
+            }
+        }
+    }
+}
+
 const LV_THETA: [f64; 4] = [0.55, 0.028, 0.8, 0.024];
 const LV_Y0: [f64; 2] = [33.0, 6.0];
 
