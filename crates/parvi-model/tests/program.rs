@@ -6,7 +6,7 @@ use burn::tensor::{Device, Tensor};
 use parvi_model::burn;
 use parvi_model::dist::{LogProb, Normal};
 use parvi_model::program::{Compiled, Generated, Program, StanModel, Target, Vars};
-use parvi_model::tensor_ops::{matrix_from_vec, to_vec_f32};
+use parvi_model::tensor_ops::{cat_columns, matrix_from_vec, to_vec_f32};
 use parvi_model::{BackendKind, LogDensity, ModelError, ParamLayout};
 use rand::SeedableRng;
 
@@ -167,4 +167,28 @@ fn badly_declared_blocks_are_refused_by_name() {
     let e = out_of_support(0.0, -1.0).unwrap_err().to_string();
     assert!(e.contains("normal_rng(mu, sigma)") && e.contains("draw 1"), "{e}");
     assert!(out_of_support(0.0, 1.0).is_ok());
+}
+
+#[test]
+fn cat_columns_is_cat_along_the_second_dimension_in_values_and_gradients() {
+    // Blocks of widths 1, 2 and 1 on 5 rows; the gradient of a weighted sum reaches each block's
+    // own columns of the weights.
+    let device = device().autodiff();
+    let block = |width: usize, offset: f32| {
+        let values = (0..5 * width).map(|i| offset + i as f32).collect();
+        matrix_from_vec(values, 5, width, &device).require_grad()
+    };
+    let (a, b, c) = (block(1, 0.0), block(2, 10.0), block(1, 100.0));
+    let weights = matrix_from_vec((0..20).map(|i| (i % 7) as f32 - 3.0).collect(), 5, 4, &device);
+    let fast = cat_columns(vec![a.clone(), b.clone(), c.clone()]);
+    let plain = Tensor::cat(vec![a.clone(), b.clone(), c.clone()], 1);
+    assert_eq!(fast.dims(), [5, 4]);
+    assert_eq!(to_vec_f32(&fast), to_vec_f32(&plain));
+    let grads = (fast * weights.clone()).sum().backward();
+    let w = to_vec_f32(&weights);
+    let column = |j: usize| (0..5).map(|i| w[i * 4 + j]).collect::<Vec<_>>();
+    assert_eq!(to_vec_f32(&a.grad(&grads).unwrap()), column(0));
+    let g_b = to_vec_f32(&b.grad(&grads).unwrap());
+    assert_eq!(g_b, (0..5).flat_map(|i| [w[i * 4 + 1], w[i * 4 + 2]]).collect::<Vec<_>>());
+    assert_eq!(to_vec_f32(&c.grad(&grads).unwrap()), column(3));
 }

@@ -9,7 +9,7 @@ use burn::tensor::{Device, Tensor};
 use parvi_model::dist::{LogNormal, LogProb, Normal};
 use parvi_model::ode::{OdeOptions, ode_rk45};
 use parvi_model::program::{Generated, Program, Target, Vars};
-use parvi_model::tensor_ops::matrix_from_vec;
+use parvi_model::tensor_ops::{cat_columns, matrix_from_vec};
 use parvi_model::{ModelError, ParamLayout};
 
 use super::PosteriorDbError;
@@ -53,7 +53,7 @@ fn dz_dt(_t: f64, z: Tensor<2>, theta: &Tensor<2>) -> Tensor<2> {
     let col = |j| theta.clone().narrow(1, j, 1);
     let du = (col(0) - col(1) * v.clone()) * u.clone();
     let dv = (col(3) * u - col(2)) * v;
-    Tensor::cat(vec![du, dv], 1)
+    cat_columns(vec![du, dv])
 }
 
 impl Program for LotkaVolterra {
