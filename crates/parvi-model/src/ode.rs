@@ -712,6 +712,9 @@ where
     Ok(OdeSolution::new(states.autodiff() + linear.reshape([n, t_len, s]), stats, failed))
 }
 
+/// `(y, Z)` or their derivatives `(y', Z')` on the host: `[n, S]` and `[n, S, Q]`, row-major.
+type HostPoint = (Vec<f64>, Vec<f64>);
+
 /// The state and its sensitivities on the host, in `f64`; `f` on burn tensors.
 struct HostDopri5<'a, F> {
     f: &'a F,
@@ -732,8 +735,8 @@ struct HostDopri5<'a, F> {
     /// `[n, S, Q]`.
     z: Vec<f64>,
     /// `(y', Z')` at the current point (first-same-as-last).
-    k1: (Vec<f64>, Vec<f64>),
-    candidate: Option<((Vec<f64>, Vec<f64>), (Vec<f64>, Vec<f64>))>,
+    k1: HostPoint,
+    candidate: Option<(HostPoint, HostPoint)>,
     options: OdeOptions,
     evals: usize,
 }
@@ -746,7 +749,7 @@ impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> HostDopri5<'_, F> {
     /// `(y', Z')` at `(t, y, Z)`: `f` once on the point and `Q` pairs of points `x +- h_q v_q`,
     /// `v_q = (Z[:, q], e_q)`, each particle's `h_q` so that no coordinate moves by more than
     /// `delta` of its size; `Z'[:, q] = (f(x + h v) - f(x - h v)) / (2 h)`.
-    fn derivatives(&mut self, t: f64, y: &[f64], z: &[f64]) -> Result<(Vec<f64>, Vec<f64>), OdeError> {
+    fn derivatives(&mut self, t: f64, y: &[f64], z: &[f64]) -> Result<HostPoint, OdeError> {
         let [n, s, p, q] = self.shape;
         let blocks = 1 + 2 * q;
         let y_floor = self.options.abs_tol / self.options.rel_tol;
@@ -809,8 +812,8 @@ impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> HostDopri5<'_, F> {
     }
 
     /// `(y, Z) + h sum_j a_j k_j` over the stages so far.
-    fn stage(&self, h: f64, a: &[f64], k: &[&(Vec<f64>, Vec<f64>)]) -> (Vec<f64>, Vec<f64>) {
-        let combine = |x: &[f64], part: fn(&(Vec<f64>, Vec<f64>)) -> &Vec<f64>| {
+    fn stage(&self, h: f64, a: &[f64], k: &[&HostPoint]) -> HostPoint {
+        let combine = |x: &[f64], part: fn(&HostPoint) -> &Vec<f64>| {
             let mut out = x.to_vec();
             for (&c, k) in a.iter().zip(k) {
                 if c != 0.0 {
@@ -826,7 +829,7 @@ impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> HostDopri5<'_, F> {
 
     /// `f` failing part-way (a wrong shape) fails the step: NaN derivatives, which the error norm
     /// turns into a rejected step and, where it persists, a failed particle.
-    fn derivatives_or_nan(&mut self, t: f64, x: &(Vec<f64>, Vec<f64>)) -> (Vec<f64>, Vec<f64>) {
+    fn derivatives_or_nan(&mut self, t: f64, x: &HostPoint) -> HostPoint {
         self.derivatives(t, &x.0, &x.1).unwrap_or_else(|_| (vec![f64::NAN; x.0.len()], vec![f64::NAN; x.1.len()]))
     }
 }
