@@ -11,7 +11,7 @@
 
 use std::time::Instant;
 
-use parvi_infer::engines::{NutsConfig, nuts};
+use parvi_infer::engines::{MetricEstimate, NutsConfig, nuts};
 use parvi_infer::{AdapterConfig, EngineRng, EngineSpec, FitConfig, KernelConfig, MethodConfig, fit_reported};
 use parvi_model::BackendKind;
 use parvi_model::burn::tensor::{Device, Tensor};
@@ -44,7 +44,12 @@ fn compare<P: Program>(label: &str, model: &Compiled<P>, device: &Device) {
     let reported = |x: Tensor<2>| model.reported(x).expect("reported quantities");
 
     let started = Instant::now();
-    let config = NutsConfig { warmup: 1000, draws: REFERENCE_DRAWS, ..NutsConfig::default() };
+    let config = NutsConfig {
+        warmup: 1000,
+        draws: REFERENCE_DRAWS,
+        metric_estimate: MetricEstimate::DrawVariance,
+        ..NutsConfig::default()
+    };
     let run = nuts(model, &config, None, &mut EngineRng::new(1), device).expect("nuts");
     let nuts_seconds = started.elapsed().as_secs_f64();
     let rows = run.draws.len() / run.dim;

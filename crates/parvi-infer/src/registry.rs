@@ -84,7 +84,7 @@ registry! {
     "svgd-induced" => SvgdInduced(InducedConfig), "SVGD through random induced points (Kang).";
     "pathfinder" => Pathfinder(PathfinderConfig), "Multi-path Pathfinder: L-BFGS normal approximations and Pareto-smoothed importance resampling (Zhang et al. 2022).";
     "svgd-adversarial" => SvgdAdversarial(AdversarialConfig), "SVGD through adversarially placed induced points (Kang).";
-    "nuts" => Nuts(NutsConfig), "The No-U-Turn sampler as Stan runs it (multinomial, diagonal metric, Stan's warm-up schedule; the metric from the windows' draws and gradients as nutpie's, or Stan's draw variance with `metric-estimate=draw-variance`), the waiting chains batched into one call per leapfrog step, on one thread by default (Hoffman & Gelman 2014; Betancourt 2017).";
+    "nuts" => Nuts(NutsConfig), "The No-U-Turn sampler as Stan runs it (multinomial, diagonal metric, Stan's warm-up schedule and its metric from the windows' draw variance, or nutpie's from the draws and gradients with `metric-estimate=gradient-scaled`), the waiting chains batched into one call per leapfrog step, on one thread by default (Hoffman & Gelman 2014; Betancourt 2017).";
 }
 
 /// Everything that builds an engine: the method with its options, and the kernel and step-size
