@@ -742,8 +742,14 @@ struct HostDopri5<'a, F> {
 }
 
 impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> HostDopri5<'_, F> {
+    /// `values` as a tensor of `f`'s dtype, converted in one pass (no `f64` copy first).
     fn upload<const D: usize>(&self, values: &[f64], shape: [usize; D]) -> Tensor<D> {
-        Tensor::from_data(TensorData::new(values.to_vec(), shape), (&self.device, self.dtype))
+        let data = if self.dtype == DType::F32 {
+            TensorData::new(values.iter().map(|&v| v as f32).collect::<Vec<f32>>(), shape)
+        } else {
+            TensorData::new(values.to_vec(), shape)
+        };
+        Tensor::from_data(data, (&self.device, self.dtype))
     }
 
     /// `(y', Z')` at `(t, y, Z)`: `f` once on the point and `Q` pairs of points `x +- h_q v_q`,
@@ -760,12 +766,13 @@ impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> HostDopri5<'_, F> {
         for b in 0..blocks {
             thetas[b * n * p..(b + 1) * n * p].copy_from_slice(&self.theta_host);
         }
+        let inverse_sizes: Vec<f64> = y.iter().map(|v| 1.0 / v.abs().max(y_floor)).collect();
         for c in 0..q {
             let theta_index = c.checked_sub(self.theta_columns);
             for i in 0..n {
                 let mut size: f64 = 0.0;
                 for k in 0..s {
-                    size = size.max(z[(i * s + k) * q + c].abs() / y[i * s + k].abs().max(y_floor));
+                    size = size.max(z[(i * s + k) * q + c].abs() * inverse_sizes[i * s + k]);
                 }
                 if let Some(j) = theta_index {
                     size = size.max(self.theta_weight[i * p + j]);
@@ -796,7 +803,11 @@ impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> HostDopri5<'_, F> {
                 ),
             ));
         }
-        let out = host_f64(out.without_autodiff());
+        let out = out.without_autodiff().into_data();
+        let out: Vec<f64> = match out.as_slice::<f32>() {
+            Ok(values) => values.iter().map(|&v| f64::from(v)).collect(),
+            Err(_) => out.convert::<f64>().try_into_vec::<f64>().unwrap_or_default(),
+        };
         let dy = out[..n * s].to_vec();
         let mut dz = vec![0.0; n * s * q];
         for c in 0..q {
