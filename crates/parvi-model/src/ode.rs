@@ -316,7 +316,13 @@ fn first_nonfinite_row(x: &Tensor<2>) -> Option<usize> {
 
 /// A host copy of a small detached tensor.
 fn host_f64<const D: usize>(x: Tensor<D>) -> Vec<f64> {
-    x.into_data().convert::<f64>().try_into_vec::<f64>().unwrap_or_default()
+    let data = x.into_data();
+    // f32 widened in one pass, without an intermediate f64 copy (the host solver reads `f`'s
+    // rows at every stage).
+    match data.as_slice::<f32>() {
+        Ok(values) => values.iter().map(|&v| f64::from(v)).collect(),
+        Err(_) => data.convert::<f64>().try_into_vec::<f64>().unwrap_or_default(),
+    }
 }
 
 /// `sum_i c_i x_i`.
@@ -627,8 +633,8 @@ struct Wrt {
 /// over in one call (the point and both sides of every direction), with no autodiff at all.
 /// The solver's own arithmetic (stages, sensitivities, error norm) runs on host buffers in
 /// `f64`, all particles in one flat loop, so that a Runge-Kutta stage is one batched call of `f`
-/// instead of dozens of small tensor operations and a backward pass (burn's fixed cost per
-/// operation and per backward pass was 70% of a Lotka-Volterra fit).
+/// instead of dozens of small tensor operations and a backward pass, whose fixed costs in burn
+/// dominated an ODE fit (docs/posteriordb.md, "The ODE's gradient without autodiff").
 ///
 /// Accuracy: each direction is scaled so that no coordinate moves by more than `delta` of its
 /// size (`|y_i|` floored at `abs_tol / rel_tol`, the error weights' switch point; `|theta_j|`
@@ -803,11 +809,7 @@ impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> HostDopri5<'_, F> {
                 ),
             ));
         }
-        let out = out.without_autodiff().into_data();
-        let out: Vec<f64> = match out.as_slice::<f32>() {
-            Ok(values) => values.iter().map(|&v| f64::from(v)).collect(),
-            Err(_) => out.convert::<f64>().try_into_vec::<f64>().unwrap_or_default(),
-        };
+        let out = host_f64(out.without_autodiff());
         let dy = out[..n * s].to_vec();
         let mut dz = vec![0.0; n * s * q];
         for c in 0..q {

@@ -70,10 +70,10 @@ pub fn median_all<const D: usize>(x: Tensor<D>) -> Tensor<1> {
 
 /// `[n, k_1 + ... + k_m]` from `[n, k_i]` blocks: `Tensor::cat(blocks, 1)`, Stan's
 /// `append_col` or an array literal `{ a, b }` of per-row values, built as one copy per block.
-/// (burn-flex's `cat` along any dimension but the first copies one row of one block at a time:
-/// for the `[n, 1]` columns of an ODE's right-hand side on a few thousand rows that was a
-/// third of a Lotka-Volterra fit.) The blocks are stacked along the first dimension transposed
-/// and the result transposed back, a strided view that later operations read in place.
+/// (burn-flex's `cat` along any dimension but the first copies one row of one block at a time,
+/// which dominates for the `[n, 1]` columns of an ODE's right-hand side on a few thousand rows.)
+/// The blocks are stacked along the first dimension transposed and the result transposed back,
+/// a strided view that later operations read in place.
 pub fn cat_columns(blocks: Vec<Tensor<2>>) -> Tensor<2> {
     if blocks.len() == 1 {
         return blocks.into_iter().next().expect("one block");

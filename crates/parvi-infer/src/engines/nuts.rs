@@ -6,8 +6,8 @@
 //! (dual averaging, the windowed schedule), whose windows estimate the metric as Stan does, by
 //! the draws' variance; nutpie's `sqrt(var(draws) / var(gradients))` is one option away
 //! ([`MetricEstimate::GradientScaled`]: fewer gradients on most of the suite, but wrong on a
-//! stochastic-volatility model; docs/posteriordb.md, "A gradient-scaled NUTS metric" and "Back
-//! to Stan's metric").
+//! stochastic-volatility model; docs/posteriordb.md, "A gradient-scaled NUTS metric" and
+//! "Stan's metric is NUTS's default again").
 //!
 //! Every chain builds its own tree, with its own random stream. The chains may be split over
 //! threads (one by default: [`NutsConfig::threads`]); within a thread, every chain that waits on the model has
@@ -71,9 +71,9 @@ pub enum MetricEstimate {
     /// over the window. On a Gaussian both are the variance; where coordinates are correlated or
     /// scales change along the posterior (a GP's weights against its length scale), the
     /// gradients' spread brings in the conditional scale, which the trajectory length depends on.
-    /// 10-16% fewer gradients on 20 of the 22 posteriordb posteriors, but on the
-    /// stochastic-volatility model of `parvi_models::stan_users` its chains passed R-hat and ESS
-    /// with the AR coefficient's sd 23% off: not the default.
+    /// Fewer gradients on most posteriordb posteriors, but on the stochastic-volatility model of
+    /// `parvi_models::stan_users` its chains passed R-hat and ESS with the AR coefficient's sd
+    /// off: not the default (docs/posteriordb.md).
     GradientScaled,
 }
 
