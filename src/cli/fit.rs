@@ -123,7 +123,8 @@ pub struct FitArgs {
     #[arg(long)]
     pub polish_steps: Option<usize>,
     /// The polish step's kernel: `auto` (MALA, switching to autoMALA when one step size leaves
-    /// chains stuck, and handing chains that have not mixed after 1000 steps to ChEES-HMC; NUTS
+    /// chains stuck, and handing chains that have not mixed after 1000 steps, or whose R-hat
+    /// projects more than 2000, to ChEES-HMC; NUTS
     /// takes over chains still far from mixed, where it mixes better), `chees` (ChEES-HMC from
     /// the start: batched HMC with one adapted, jittered trajectory; fewer gradients where MALA
     /// mixes slowly), `nuts` (Stan's NUTS, 4 chains x (1000 + 1000)), `mala` or `auto-mala`

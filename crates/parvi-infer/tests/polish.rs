@@ -5,7 +5,9 @@
 mod common;
 
 use common::*;
-use parvi_infer::evaluation::{CHEES_AFTER, Polish, PolishConfig, PolishKernel, Summary, bulk_ess, polish};
+use parvi_infer::evaluation::{
+    CHEES_AFTER, PROJECT_FROM, Polish, PolishConfig, PolishKernel, Summary, bulk_ess, polish,
+};
 use parvi_infer::{
     AdapterConfig, EngineRng, EngineSpec, FitConfig, KernelConfig, MethodConfig, Particles, fit, fit_reported,
 };
@@ -342,9 +344,10 @@ fn chees_polish_gets_eight_schools_right_and_stops_on_the_summarys_rhat() {
     assert!(max_rhat <= 1.01 + 2e-3, "{max_rhat}");
 }
 
-/// The default kernel on eight_schools: MALA has not met the stopping rule after
-/// [`CHEES_AFTER`] steps (split R-hat 1.03 there), so the chains go to ChEES-HMC at the first look
-/// past it, the report says after how many MALA steps, and ChEES's draws are right.
+/// The default kernel on eight_schools: MALA's split R-hat falls so slowly (1.7 after 50 steps:
+/// about 4,800 steps projected, where MALA had not met the rule after [`CHEES_AFTER`]) that the
+/// chains go to ChEES-HMC at an early look, well before [`CHEES_AFTER`]; the report says after
+/// how many MALA steps, and ChEES's draws are right. A hand-off on the step count alone fails it.
 #[test]
 fn auto_hands_eight_schools_to_chees_after_mala_stalls() {
     let Some(dir) = common::posteriordb_dir("polish/eight_schools_auto") else { return };
@@ -358,7 +361,7 @@ fn auto_hands_eight_schools_to_chees_after_mala_stalls() {
     let p = result.diagnostics.polish.clone().expect("polished");
     assert!(p.converged && p.kernel == PolishKernel::Chees, "{p:?}");
     let mala = p.mala_before_chees.expect("handed over");
-    assert!((CHEES_AFTER..CHEES_AFTER + CHEES_AFTER / 2).contains(&mala), "handed over after {mala} MALA steps: {p:?}");
+    assert!((PROJECT_FROM..CHEES_AFTER / 2).contains(&mala), "handed over after {mala} MALA steps: {p:?}");
     let draws = to_vec_f64(&model.reported(result.draws.positions.clone()));
     assert_reference_moments(&reference, &draws, model.param_names().len(), &p);
 }

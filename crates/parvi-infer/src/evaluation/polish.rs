@@ -27,7 +27,9 @@
 //! lockstep with one shared, jittered trajectory whose length, step and metric are adapted
 //! across the chains in its warm-up. The default (`auto`) hands MALA chains that have not met
 //! the stopping rule after [`CHEES_AFTER`] steps to it (MALA's steps then count as warm-up and
-//! its draws are dropped). It does not start with it: under the stopping rule below the
+//! its draws are dropped), or at the first look whose R-hat projects more than
+//! [`CHEES_PROJECTED`] MALA steps to the rule ([`projected_steps`]: `R^2 - 1` falls as one over
+//! the draws). It does not start with it: under the stopping rule below the
 //! chains need 200 to 300 iterations whatever their kernel (R-hat, not ESS, binds: 100 chains'
 //! split R-hat needs that many draws each), and a ChEES iteration costs 6 to 23 leapfrog steps
 //! (79 on gp_pois_regr), so it spends 2 to 10 times MALA's gradients where MALA mixes (garch,
@@ -78,6 +80,17 @@ pub const STUCK_SHARE: f64 = 0.05;
 /// MALA's random walk on a hierarchical or latent scale, which ChEES's trajectories cross in
 /// fewer gradients (measured per posterior in docs/posteriordb.md).
 pub const CHEES_AFTER: usize = 1000;
+/// MALA steps from which the looks project the steps the stopping rule needs
+/// ([`projected_steps`]): the first look's (`check_every`'s default), the chains having run the
+/// stationarity check's steps before.
+pub const PROJECT_FROM: usize = 50;
+/// Projected MALA steps beyond which [`PolishKernel::Auto`] hands the chains to ChEES-HMC at
+/// once rather than at [`CHEES_AFTER`]: twice that, since ChEES spends 2 to 3 times MALA's
+/// gradients where MALA mixes within it (garch: 3,266 against 950). On the suite at seed 1 every
+/// look up to the stop projected at most 966 steps where MALA met the rule (garch's), and 2,255 to
+/// 4,865 on eight_schools, which MALA had not met at 1,000 (docs/posteriordb.md, "MALA to ChEES
+/// on R-hat's projection").
+pub const CHEES_PROJECTED: usize = 2 * CHEES_AFTER;
 /// Gradients per chain of autoMALA's or ChEES's kept steps after which [`PolishKernel::Auto`]
 /// offers chains whose R-hat is still above [`HOPELESS_RHAT`] to NUTS: under [`crate::fit`] its
 /// 4 x 2,000 iterations cost what this kernel would spend in its remaining budget and more, but
@@ -93,7 +106,8 @@ pub const NUTS_CHAINS: usize = 4;
 #[serde(rename_all = "kebab-case")]
 pub enum PolishKernel {
     /// MALA with one adapted step, switching to autoMALA when chains are stuck, and to
-    /// ChEES-HMC when they have not mixed after [`CHEES_AFTER`] steps (module docs).
+    /// ChEES-HMC when they have not mixed after [`CHEES_AFTER`] steps or R-hat projects more than
+    /// [`CHEES_PROJECTED`] (module docs).
     #[default]
     Auto,
     /// MALA with one adapted step.
@@ -680,7 +694,9 @@ fn mala_run(
                 converged = true;
                 break;
             }
-            if may_hand_off && kernel == PolishKernel::Mala && steps >= CHEES_AFTER && steps < config.steps {
+            let hand_off_due = steps >= CHEES_AFTER
+                || (steps >= PROJECT_FROM && projected_steps(steps, max_rhat, config.rhat) > CHEES_PROJECTED);
+            if may_hand_off && kernel == PolishKernel::Mala && hand_off_due && steps < config.steps {
                 handoff = Some(state);
                 break;
             }
@@ -706,6 +722,18 @@ fn mala_run(
         evals,
     };
     Ok((run, handoff))
+}
+
+/// The steps at which chains with split R-hat `rhat` after `steps` steps reach `target`, were the
+/// chains stationary: `R^2 - 1` falls as one over the draws per chain (`R^2 ~ 1 + 1 / ESS` of a
+/// split chain, Vehtari et al. 2021, Sec. 3), so `steps (R^2 - 1) / (target^2 - 1)`. A start
+/// not yet forgotten makes it an overestimate, hence [`PROJECT_FROM`].
+fn projected_steps(steps: usize, rhat: f64, target: f64) -> usize {
+    if !rhat.is_finite() {
+        return usize::MAX;
+    }
+    let ratio = (rhat * rhat - 1.0).max(0.0) / (target * target - 1.0);
+    (steps as f64 * ratio).min(usize::MAX as f64 / 2.0) as usize
 }
 
 /// Offers the chains to `take_over` (once: it is spent either way); whether it took them.
@@ -901,4 +929,27 @@ fn watched_statistic(watched: &[f32], snapshots: usize, chains: usize, q: usize)
 /// with the thinning doubled, the kept draws stay those of steps `thin, 2 thin, ...`.
 fn halve(kept: &[f32], row: usize) -> Vec<f32> {
     kept.chunks(row).skip(1).step_by(2).flatten().copied().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// R-hat at the target projects the steps already run; twice the excess of `R^2 - 1` twice
+    /// the steps; eight_schools' first look (R-hat 1.715 after 50 MALA steps) about 4,800, past
+    /// [`CHEES_PROJECTED`], and garch's (1.086) about 450, short of it; a non-finite R-hat never
+    /// reaches the target.
+    #[test]
+    fn projected_steps_scale_with_the_excess_of_rhat_squared() {
+        assert_eq!(projected_steps(300, 1.01, 1.01), 300);
+        let twice = (1.0 + 2.0 * (1.02f64.powi(2) - 1.0)).sqrt();
+        assert!(projected_steps(100, twice, 1.02).abs_diff(200) <= 1);
+        let eight_schools = projected_steps(50, 1.7153, 1.01);
+        assert!((4700..4900).contains(&eight_schools) && eight_schools > CHEES_PROJECTED, "{eight_schools}");
+        let garch = projected_steps(50, 1.0861, 1.01);
+        assert!((400..500).contains(&garch), "{garch}");
+        assert_eq!(projected_steps(50, f64::NAN, 1.01), usize::MAX);
+        assert_eq!(projected_steps(50, f64::INFINITY, 1.01), usize::MAX);
+        assert_eq!(projected_steps(50, 0.99, 1.01), 0);
+    }
 }
