@@ -26,13 +26,14 @@
 //! on it, the controller's proposal is kept for the step after), as Stan's `integrate_times`
 //! observes; no dense-output interpolation.
 //!
-//! **Gradients.** [`ode_rk45`] with tracked `y0` or `theta` (and an `f` that closes over no
+//! **Gradients.** Either solver with tracked `y0` or `theta` (and an `f` that closes over no
 //! tracked tensor) solves the forward-sensitivity system beside the states, off the tape, and
-//! hands autodiff one product per solve (see `rk45_with_sensitivities`): the sensitivities'
+//! hands autodiff one product per solve (see `solve_with_sensitivities`): the sensitivities'
 //! right-hand side by central difference quotients of `f` (as CVODES' internal sensitivities),
 //! every direction in one batched call of `f`, the solver's arithmetic on host buffers in `f64`;
 //! accurate to `O(max(rel_tol, eps^(2/3)))` relative (exact for `f` bilinear in `(y, theta)`).
-//! Otherwise by burn's autodiff through the accepted steps: `y0`, `theta` and whatever `f`
+//! For [`ode_stiff`] the sensitivities take the same Rosenbrock formula with `W` frozen, as the
+//! taped gradient below does. Otherwise by burn's autodiff through the accepted steps: `y0`, `theta` and whatever `f`
 //! closes over may be tracked tensors on an autodiff device. Step sizes, accept/reject
 //! decisions, and for [`ode_stiff`] the Jacobian `J` and `W^{-1}` are computed on detached
 //! values, so the gradient is that of the discrete solution map, accurate to the tolerance like
@@ -202,7 +203,7 @@ where
         // `f` closing over a tracked tensor of its own needs the tape; otherwise the
         // sensitivities carry every gradient there is.
         if !f(t0, y0_value.clone(), &theta_value).is_tracked() {
-            return rk45_with_sensitivities(&f, &y0, t0, ts, theta, wrt, options);
+            return solve_with_sensitivities(HostSolver::Rk45, &f, &y0, t0, ts, theta, options);
         }
     }
     let k1 = f(t0, y0.clone(), theta);
@@ -219,7 +220,10 @@ where
 ///
 /// Same arguments and result as [`ode_rk45`]; meant for small systems (the Jacobian costs `S + 1`
 /// evaluations of `f` per step, the linear algebra `O(S^3)` per particle). Where Stan would use
-/// `ode_bdf`. Second order: tight tolerances cost many steps.
+/// `ode_bdf`. Second order: tight tolerances cost many steps. With tracked `y0` or `theta` the
+/// gradient comes from forward sensitivities on host buffers (module docs), about ten times
+/// cheaper than the taped steps on a pharmacokinetic model (docs/posteriordb.md, "The stiff
+/// solver's sensitivities on the host").
 pub fn ode_stiff<F>(
     f: F,
     y0: Tensor<2>,
@@ -233,6 +237,14 @@ where
 {
     const SOLVER: &str = "ode_stiff";
     let [n, s] = validate(&y0, t0, ts, theta, options)?;
+    let wrt = Wrt { y0: y0.is_tracked(), theta: theta.is_tracked() };
+    if wrt.y0 || wrt.theta {
+        let (y0_value, theta_value) = (y0.clone().without_autodiff(), theta.clone().without_autodiff());
+        // As ode_rk45: the host solver's sensitivities wherever `f` closes over no tracked tensor.
+        if !f(t0, y0_value.clone(), &theta_value).is_tracked() {
+            return solve_with_sensitivities(HostSolver::Stiff, &f, &y0, t0, ts, theta, options);
+        }
+    }
     let f0 = f(t0, y0.clone(), theta);
     let mut failed = vec![None; n];
     check_rhs(SOLVER, &f0, [n, s], t0, options, &mut failed)?;
@@ -621,11 +633,13 @@ struct Wrt {
     theta: bool,
 }
 
-/// Dormand-Prince 4(5) on `y` and its forward sensitivities `Z = dy/d(y0, theta)` together, then
-/// one small tracked product that hands autodiff the gradient.
+/// `solver` (Dormand-Prince 4(5), or ode23s's Rosenbrock triple) on `y` and its forward
+/// sensitivities `Z = dy/d(y0, theta)` together, then one small tracked product that hands
+/// autodiff the gradient.
 ///
 /// The variational system `Z' = J_y Z + [0 | J_theta]` (Hairer, Norsett & Wanner, *Solving
-/// ODEs I*, section I.14) is integrated with the same tableau and steps as `y`. Its right-hand
+/// ODEs I*, section I.14) is integrated with the same method and steps as `y` (the Rosenbrock
+/// stages with `y`'s matrix `W`, [`HostRosenbrock23`]). Its right-hand
 /// side is `Q` directional derivatives of `f` (column `q` of `Z` with, for a theta column, that
 /// parameter's unit vector), taken as central difference quotients, as CVODES' internal
 /// difference-quotient sensitivities do (Serban & Hindmarsh 2005, "CVODES: the
@@ -638,24 +652,26 @@ struct Wrt {
 ///
 /// Accuracy: each direction is scaled so that no coordinate moves by more than `delta` of its
 /// size (`|y_i|` floored at `abs_tol / rel_tol`, the error weights' switch point; `|theta_j|`
-/// floored at 1e-3), with `delta = max(sqrt(rel_tol), eps^(1/3))` of `f`'s dtype. A central
+/// floored at `eps / delta^3` within [1e-3, 1]), with `delta = max(sqrt(rel_tol), eps^(1/3))`
+/// of `f`'s dtype. A central
 /// quotient's error is `O(delta^2)` in truncation and `O(eps / delta)` in rounding: below the
 /// solve's own tolerance in `f64`, and a few 1e-5 relative in `f32` (where `f`'s values carry
 /// 1e-7). It is exact for `f` linear or bilinear in `(y, theta)` up to rounding (Lotka-Volterra,
 /// decay, oscillators). The error norm is that of `y` alone, as Stan's `integrate_ode_rk45`.
-fn rk45_with_sensitivities<F>(
+fn solve_with_sensitivities<F>(
+    solver: HostSolver,
     f: &F,
     y0: &Tensor<2>,
     t0: f64,
     ts: &[f64],
     theta: &Tensor<2>,
-    wrt: Wrt,
     options: &OdeOptions,
 ) -> Result<OdeSolution, OdeError>
 where
     F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>,
 {
-    const SOLVER: &str = "ode_rk45";
+    let name = solver.name();
+    let wrt = Wrt { y0: y0.is_tracked(), theta: theta.is_tracked() };
     let (y_value, theta_value) = (y0.clone().without_autodiff(), theta.clone().without_autodiff());
     let [n, s] = y_value.dims();
     let p = theta_value.dims()[1];
@@ -674,10 +690,15 @@ where
     let theta_host = host_f64(theta_value);
     let eps = if dtype == DType::F64 { f64::EPSILON } else { f64::from(f32::EPSILON) };
     let delta = options.rel_tol.sqrt().max(eps.cbrt());
-    // Each theta column's size in its own parameter's units: 1 / max(|theta_j|, 1e-3).
+    // Each theta column's size in its own parameter's units: 1 / max(|theta_j|, floor). The floor
+    // keeps a parameter near zero from a step so small that rounding swamps the quotient: a step
+    // of `delta floor` has rounding error `eps / (delta floor)` where `f` is O(1) in theta, no more
+    // than the truncation `delta^2` once `floor >= eps / delta^3` (1 in f32 at the default
+    // tolerances, where 1e-3 lost 1% on theta = 0; 1e-3 in f64).
+    let theta_floor = (eps / delta.powi(3)).clamp(1e-3, 1.0);
     let theta_columns = q - if wrt.theta { p } else { 0 };
-    let theta_weight: Vec<f64> = theta_host.iter().map(|th| 1.0 / th.abs().max(1e-3)).collect();
-    let mut method = HostDopri5 {
+    let theta_weight: Vec<f64> = theta_host.iter().map(|th| 1.0 / th.abs().max(theta_floor)).collect();
+    let mut rhs = HostRhs {
         f,
         theta_host,
         theta_weight,
@@ -686,20 +707,24 @@ where
         device,
         dtype,
         delta,
-        y: y.clone(),
-        z: z.clone(),
-        k1: (Vec::new(), Vec::new()),
-        candidate: None,
         options: *options,
         evals: 0,
     };
-    let (dy, dz) = method.derivatives(t0, &y, &z)?;
-    let dy_tensor = method.upload(&dy, [n, s]);
-    method.k1 = (dy, dz);
+    let first = rhs.derivatives(t0, &y, &z)?;
     let mut failed = vec![None; n];
-    check_rhs(SOLVER, &dy_tensor, [n, s], t0, options, &mut failed)?;
-    let (states, sensitivities, mut stats) = integrate(SOLVER, &mut method, t0, ts, options, &mut failed)?;
-    stats.rhs_evals = method.evals;
+    check_rhs(name, &rhs.upload(&first.0, [n, s]), [n, s], t0, options, &mut failed)?;
+    let (states, sensitivities, stats) = match solver {
+        HostSolver::Rk45 => {
+            let mut method = HostDopri5 { rhs, y, z, k1: first, candidate: None };
+            let solved = integrate(name, &mut method, t0, ts, options, &mut failed)?;
+            (solved.0, solved.1, OdeStats { rhs_evals: method.rhs.evals, ..solved.2 })
+        }
+        HostSolver::Stiff => {
+            let mut method = HostRosenbrock23 { rhs, y, z, f0: first, jacobian: None, candidate: None };
+            let solved = integrate(name, &mut method, t0, ts, options, &mut failed)?;
+            (solved.0, solved.1, OdeStats { rhs_evals: method.rhs.evals, ..solved.2 })
+        }
+    };
     let t_len = ts.len();
     let states = Tensor::stack::<3>(states, 1); // [n, T, S]
     let sensitivities = Tensor::stack::<4>(sensitivities, 1); // [n, T, S, Q]
@@ -721,12 +746,29 @@ where
 /// `(y, Z)` or their derivatives `(y', Z')` on the host: `[n, S]` and `[n, S, Q]`, row-major.
 type HostPoint = (Vec<f64>, Vec<f64>);
 
-/// The state and its sensitivities on the host, in `f64`; `f` on burn tensors.
-struct HostDopri5<'a, F> {
+/// The forward-sensitivity solvers that run on host buffers.
+#[derive(Debug, Clone, Copy)]
+enum HostSolver {
+    Rk45,
+    Stiff,
+}
+
+impl HostSolver {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Rk45 => "ode_rk45",
+            Self::Stiff => "ode_stiff",
+        }
+    }
+}
+
+/// `f` on host points `(y, Z)` in `f64`: the states' derivatives and the sensitivities'
+/// right-hand side by central difference quotients, one batched call of `f` on burn tensors.
+struct HostRhs<'a, F> {
     f: &'a F,
     /// `theta`'s values, row-major.
     theta_host: Vec<f64>,
-    /// `1 / max(|theta_j|, 1e-3)` per particle and parameter: a direction's size in theta.
+    /// `1 / max(|theta_j|, floor)` per particle and parameter: a direction's size in theta.
     theta_weight: Vec<f64>,
     /// The first theta column of `Z` (`Q` when theta is not differentiated).
     theta_columns: usize,
@@ -736,6 +778,13 @@ struct HostDopri5<'a, F> {
     dtype: DType,
     /// The difference quotients' relative increment.
     delta: f64,
+    options: OdeOptions,
+    evals: usize,
+}
+
+/// Dormand-Prince 4(5) on the state and its sensitivities, on the host in `f64`.
+struct HostDopri5<'a, F> {
+    rhs: HostRhs<'a, F>,
     /// `[n, S]`.
     y: Vec<f64>,
     /// `[n, S, Q]`.
@@ -743,11 +792,9 @@ struct HostDopri5<'a, F> {
     /// `(y', Z')` at the current point (first-same-as-last).
     k1: HostPoint,
     candidate: Option<(HostPoint, HostPoint)>,
-    options: OdeOptions,
-    evals: usize,
 }
 
-impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> HostDopri5<'_, F> {
+impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> HostRhs<'_, F> {
     /// `values` as a tensor of `f`'s dtype, converted in one pass (no `f64` copy first).
     fn upload<const D: usize>(&self, values: &[f64], shape: [usize; D]) -> Tensor<D> {
         let data = if self.dtype == DType::F32 {
@@ -783,8 +830,10 @@ impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> HostDopri5<'_, F> {
                 if let Some(j) = theta_index {
                     size = size.max(self.theta_weight[i * p + j]);
                 }
-                // A zero direction has a zero quotient whatever the step.
-                let h = if size > 0.0 && size.is_finite() { self.delta / size } else { 1.0 };
+                // A zero direction has a zero quotient whatever the step; so, to rounding, has one
+                // so small (a decayed sensitivity, 1e-312) that `delta / size` overflows.
+                let h = self.delta / size;
+                let h = if size > 0.0 && h.is_finite() { h } else { 1.0 };
                 steps[c * n + i] = h;
                 for (sign, block) in [(1.0, 1 + c), (-1.0, 1 + q + c)] {
                     for k in 0..s {
@@ -796,20 +845,7 @@ impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> HostDopri5<'_, F> {
                 }
             }
         }
-        let out = (self.f)(t, self.upload(&ys, [blocks * n, s]), &self.upload(&thetas, [blocks * n, p]));
-        self.evals += 1;
-        if out.dims() != [blocks * n, s] {
-            return Err(invalid(
-                "f",
-                format!(
-                    "returned shape {:?} for {} rows of y, expected [{}, {s}] (f must be row-wise: see the module docs)",
-                    out.dims(),
-                    blocks * n,
-                    blocks * n
-                ),
-            ));
-        }
-        let out = host_f64(out.without_autodiff());
+        let out = self.call(t, &ys, &thetas, blocks * n)?;
         let dy = out[..n * s].to_vec();
         let mut dz = vec![0.0; n * s * q];
         for c in 0..q {
@@ -824,6 +860,31 @@ impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> HostDopri5<'_, F> {
         Ok((dy, dz))
     }
 
+    /// `f` at `rows` host points (`ys` `[rows, S]`, `thetas` `[rows, P]`), read back to the host.
+    fn call(&mut self, t: f64, ys: &[f64], thetas: &[f64], rows: usize) -> Result<Vec<f64>, OdeError> {
+        let [_, s, p, _] = self.shape;
+        let out = (self.f)(t, self.upload(ys, [rows, s]), &self.upload(thetas, [rows, p]));
+        self.evals += 1;
+        if out.dims() != [rows, s] {
+            return Err(invalid(
+                "f",
+                format!(
+                    "returned shape {:?} for {rows} rows of y, expected [{rows}, {s}] (f must be row-wise: see the module docs)",
+                    out.dims(),
+                ),
+            ));
+        }
+        Ok(host_f64(out.without_autodiff()))
+    }
+
+    /// `f` failing part-way (a wrong shape) fails the step: NaN derivatives, which the error norm
+    /// turns into a rejected step and, where it persists, a failed particle.
+    fn derivatives_or_nan(&mut self, t: f64, x: &HostPoint) -> HostPoint {
+        self.derivatives(t, &x.0, &x.1).unwrap_or_else(|_| (vec![f64::NAN; x.0.len()], vec![f64::NAN; x.1.len()]))
+    }
+}
+
+impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> HostDopri5<'_, F> {
     /// `(y, Z) + h sum_j a_j k_j` over the stages so far.
     fn stage(&self, h: f64, a: &[f64], k: &[&HostPoint]) -> HostPoint {
         let combine = |x: &[f64], part: fn(&HostPoint) -> &Vec<f64>| {
@@ -839,30 +900,24 @@ impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> HostDopri5<'_, F> {
         };
         (combine(&self.y, |k| &k.0), combine(&self.z, |k| &k.1))
     }
-
-    /// `f` failing part-way (a wrong shape) fails the step: NaN derivatives, which the error norm
-    /// turns into a rejected step and, where it persists, a failed particle.
-    fn derivatives_or_nan(&mut self, t: f64, x: &HostPoint) -> HostPoint {
-        self.derivatives(t, &x.0, &x.1).unwrap_or_else(|_| (vec![f64::NAN; x.0.len()], vec![f64::NAN; x.1.len()]))
-    }
 }
 
 impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> Method for HostDopri5<'_, F> {
     fn attempt(&mut self, t: f64, h: f64) -> Vec<f64> {
         let k1 = self.k1.clone();
         let x2 = self.stage(h, &[A21], &[&k1]);
-        let k2 = self.derivatives_or_nan(t + C2 * h, &x2);
+        let k2 = self.rhs.derivatives_or_nan(t + C2 * h, &x2);
         let x3 = self.stage(h, &[A31, A32], &[&k1, &k2]);
-        let k3 = self.derivatives_or_nan(t + C3 * h, &x3);
+        let k3 = self.rhs.derivatives_or_nan(t + C3 * h, &x3);
         let x4 = self.stage(h, &[A41, A42, A43], &[&k1, &k2, &k3]);
-        let k4 = self.derivatives_or_nan(t + C4 * h, &x4);
+        let k4 = self.rhs.derivatives_or_nan(t + C4 * h, &x4);
         let x5 = self.stage(h, &[A51, A52, A53, A54], &[&k1, &k2, &k3, &k4]);
-        let k5 = self.derivatives_or_nan(t + C5 * h, &x5);
+        let k5 = self.rhs.derivatives_or_nan(t + C5 * h, &x5);
         let x6 = self.stage(h, &[A61, A62, A63, A64, A65], &[&k1, &k2, &k3, &k4, &k5]);
-        let k6 = self.derivatives_or_nan(t + h, &x6);
+        let k6 = self.rhs.derivatives_or_nan(t + h, &x6);
         let next = self.stage(h, &[B1, 0.0, B3, B4, B5, B6], &[&k1, &k2, &k3, &k4, &k5, &k6]);
-        let k7 = self.derivatives_or_nan(t + h, &next);
-        let [n, s, _, _] = self.shape;
+        let k7 = self.rhs.derivatives_or_nan(t + h, &next);
+        let [n, s, _, _] = self.rhs.shape;
         // As Dopri5::attempt: Boost odeint's default_error_checker on the states; a non-finite
         // entry makes the norm infinite.
         let errs = (0..n)
@@ -871,8 +926,8 @@ impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> Method for HostDopri5<'_, F
                 for k in i * s..(i + 1) * s {
                     let e =
                         h * (E1 * k1.0[k] + E3 * k3.0[k] + E4 * k4.0[k] + E5 * k5.0[k] + E6 * k6.0[k] + E7 * k7.0[k]);
-                    let scale =
-                        self.options.rel_tol * (self.y[k].abs() + h.abs() * k1.0[k].abs()) + self.options.abs_tol;
+                    let scale = self.rhs.options.rel_tol * (self.y[k].abs() + h.abs() * k1.0[k].abs())
+                        + self.rhs.options.abs_tol;
                     let ratio = e.abs() / scale;
                     worst = if ratio.is_finite() && next.0[k].is_finite() { worst.max(ratio) } else { f64::INFINITY };
                 }
@@ -892,13 +947,13 @@ impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> Method for HostDopri5<'_, F
     }
 
     fn state(&self) -> Tensor<2> {
-        let [n, s, _, _] = self.shape;
-        self.upload(&self.y, [n, s])
+        let [n, s, _, _] = self.rhs.shape;
+        self.rhs.upload(&self.y, [n, s])
     }
 
     fn sensitivities(&self) -> Option<Tensor<3>> {
-        let [n, s, _, q] = self.shape;
-        Some(self.upload(&self.z, [n, s, q]))
+        let [n, s, _, q] = self.rhs.shape;
+        Some(self.rhs.upload(&self.z, [n, s, q]))
     }
 
     fn shrink(&self, h: f64, err: f64) -> f64 {
@@ -1002,13 +1057,246 @@ impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> Method for Rosenbrock23<'_,
         self.y.clone()
     }
 
-    // The error estimate is O(h^3): the same safety factor and bounds as for rk45, exponent 1/3.
     fn shrink(&self, h: f64, err: f64) -> f64 {
-        h * (0.9 * err.powf(-1.0 / 3.0)).max(0.2)
+        rosenbrock_shrink(h, err)
     }
 
     fn grow(&self, h: f64, err: f64) -> f64 {
-        if err < 0.5 { h * (0.9 * err.max(1e-12).powf(-1.0 / 3.0)).min(5.0) } else { h }
+        rosenbrock_grow(h, err)
+    }
+}
+
+// The error estimate is O(h^3): the same safety factor and bounds as for rk45, exponent 1/3.
+fn rosenbrock_shrink(h: f64, err: f64) -> f64 {
+    h * (0.9 * err.powf(-1.0 / 3.0)).max(0.2)
+}
+
+fn rosenbrock_grow(h: f64, err: f64) -> f64 {
+    if err < 0.5 { h * (0.9 * err.max(1e-12).powf(-1.0 / 3.0)).min(5.0) } else { h }
+}
+
+/// ode23s's Rosenbrock triple on the state and its sensitivities, on the host in `f64`.
+///
+/// The sensitivities follow the same formula with `W` (and `df/dt`) frozen, as the taped solver's
+/// gradient does ([`Rosenbrock23`]): their system `Z' = J Z + f_theta` has Jacobian `J` itself,
+/// so each stage is `W k_Z = (the stage's directional derivatives of f) + ...`, solved with the
+/// step's factor of `W`. A stage's `(y', Z')` is one batched call of `f` ([`HostRhs`]); the
+/// Jacobian `J` for `W` by forward differences, one call of `f` on `S n` rows and one for
+/// `df/dt`, once per accepted step; `W = I - h d J` is factored per particle (partial pivoting,
+/// `S x S`) once per attempt.
+struct HostRosenbrock23<'a, F> {
+    rhs: HostRhs<'a, F>,
+    /// `[n, S]`.
+    y: Vec<f64>,
+    /// `[n, S, Q]`.
+    z: Vec<f64>,
+    /// `(y', Z')` at the current point, the previous step's last stage.
+    f0: HostPoint,
+    /// `(J [n, S, S], df/dt [n, S])` at the current point; kept across rejected attempts.
+    jacobian: Option<(Vec<f64>, Vec<f64>)>,
+    candidate: Option<(HostPoint, HostPoint)>,
+}
+
+impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> HostRosenbrock23<'_, F> {
+    /// `J = df/dy` and `df/dt` by forward differences with MATLAB's `numjac` increments
+    /// (`sqrt(eps)` of `f`'s dtype relative, at least `sqrt(eps)`); NaN where `f` fails.
+    fn jacobian(&mut self, t: f64) -> (Vec<f64>, Vec<f64>) {
+        if let Some(j) = &self.jacobian {
+            return j.clone();
+        }
+        let [n, s, _, _] = self.rhs.shape;
+        let eps = if self.rhs.dtype == DType::F64 { f64::EPSILON } else { f64::from(f32::EPSILON) };
+        let sqrt_eps = eps.sqrt();
+        let mut ys = Vec::with_capacity(s * n * s);
+        let mut steps = vec![0.0; s * n];
+        for j in 0..s {
+            for i in 0..n {
+                let row = &self.y[i * s..(i + 1) * s];
+                let h = sqrt_eps * row[j].abs().max(1.0);
+                steps[j * n + i] = h;
+                ys.extend(row.iter().enumerate().map(|(k, &v)| if k == j { v + h } else { v }));
+            }
+        }
+        let thetas: Vec<f64> = (0..s).flat_map(|_| self.rhs.theta_host.iter().copied()).collect();
+        let shifted = self.rhs.call(t, &ys, &thetas, s * n).ok();
+        let dt = sqrt_eps * t.abs().max(1.0);
+        let theta = self.rhs.theta_host.clone();
+        let later = self.rhs.call(t + dt, &self.y, &theta, n).ok();
+        let f0 = &self.f0.0;
+        let mut jac = vec![f64::NAN; n * s * s];
+        let mut ft = vec![f64::NAN; n * s];
+        if let Some(shifted) = shifted {
+            for j in 0..s {
+                for i in 0..n {
+                    for k in 0..s {
+                        jac[(i * s + k) * s + j] = (shifted[(j * n + i) * s + k] - f0[i * s + k]) / steps[j * n + i];
+                    }
+                }
+            }
+        }
+        if let Some(later) = later {
+            for (d, (a, b)) in ft.iter_mut().zip(later.iter().zip(f0)) {
+                *d = (a - b) / dt;
+            }
+        }
+        let j = (jac, ft);
+        self.jacobian = Some(j.clone());
+        j
+    }
+}
+
+impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> Method for HostRosenbrock23<'_, F> {
+    fn attempt(&mut self, t: f64, h: f64) -> Vec<f64> {
+        let (jac, ft) = self.jacobian(t);
+        let [n, s, _, q] = self.rhs.shape;
+        let hd = h * D_ROS;
+        // W = I - h d J per particle, factored; None where singular (that particle's step fails).
+        let factors: Vec<Option<(Vec<f64>, Vec<usize>)>> = (0..n)
+            .map(|i| {
+                let mut w: Vec<f64> = jac[i * s * s..(i + 1) * s * s].iter().map(|v| -hd * v).collect();
+                for k in 0..s {
+                    w[k * s + k] += 1.0;
+                }
+                lu_factor(&mut w, s).map(|pivots| (w, pivots))
+            })
+            .collect();
+        // Solves W k = b in place for every particle: the state's column and the Q sensitivity
+        // columns.
+        let solve = |b: &mut HostPoint| {
+            let mut column = vec![0.0; s];
+            for (i, factor) in factors.iter().enumerate() {
+                let Some((lu, pivots)) = factor else {
+                    b.0[i * s..(i + 1) * s].fill(f64::NAN);
+                    b.1[i * s * q..(i + 1) * s * q].fill(f64::NAN);
+                    continue;
+                };
+                column.copy_from_slice(&b.0[i * s..(i + 1) * s]);
+                lu_solve(lu, pivots, &column, &mut b.0[i * s..(i + 1) * s]);
+                for c in 0..q {
+                    let at = |k: usize| (i * s + k) * q + c;
+                    for (k, v) in column.iter_mut().enumerate() {
+                        *v = b.1[at(k)];
+                    }
+                    let mut solved = vec![0.0; s];
+                    lu_solve(lu, pivots, &column, &mut solved);
+                    for (k, v) in solved.into_iter().enumerate() {
+                        b.1[at(k)] = v;
+                    }
+                }
+            }
+        };
+        let axpy = |x: &[f64], a: f64, k: &[f64]| -> Vec<f64> { x.iter().zip(k).map(|(x, k)| x + a * k).collect() };
+        let f0 = self.f0.clone();
+        let mut k1 = (axpy(&f0.0, hd, &ft), f0.1.clone());
+        solve(&mut k1);
+        let x1 = (axpy(&self.y, 0.5 * h, &k1.0), axpy(&self.z, 0.5 * h, &k1.1));
+        let f1 = self.rhs.derivatives_or_nan(t + 0.5 * h, &x1);
+        let mut k2 = (axpy(&f1.0, -1.0, &k1.0), axpy(&f1.1, -1.0, &k1.1));
+        solve(&mut k2);
+        let k2 = (axpy(&k2.0, 1.0, &k1.0), axpy(&k2.1, 1.0, &k1.1));
+        let next = (axpy(&self.y, h, &k2.0), axpy(&self.z, h, &k2.1));
+        let f2 = self.rhs.derivatives_or_nan(t + h, &next);
+        // k3 = W^-1 (f2 - e32 (k2 - f1) - 2 (k1 - f0) + h d df/dt); the sensitivities' without the
+        // frozen df/dt.
+        let third = |f2: &[f64], k2: &[f64], f1: &[f64], k1: &[f64], f0: &[f64]| -> Vec<f64> {
+            (0..f2.len()).map(|k| f2[k] - E32 * (k2[k] - f1[k]) - 2.0 * (k1[k] - f0[k])).collect()
+        };
+        let mut k3 =
+            (axpy(&third(&f2.0, &k2.0, &f1.0, &k1.0, &f0.0), hd, &ft), third(&f2.1, &k2.1, &f1.1, &k1.1, &f0.1));
+        solve(&mut k3);
+        let options = self.rhs.options;
+        // As Rosenbrock23::attempt: the states' error, scaled by the larger of |y| and |y_new|.
+        let errs = (0..n)
+            .map(|i| {
+                let mut worst: f64 = 0.0;
+                for k in i * s..(i + 1) * s {
+                    let e = h / 6.0 * (k1.0[k] - 2.0 * k2.0[k] + k3.0[k]);
+                    let scale = options.rel_tol * self.y[k].abs().max(next.0[k].abs()) + options.abs_tol;
+                    let ratio = e.abs() / scale;
+                    worst = if ratio.is_finite() && next.0[k].is_finite() { worst.max(ratio) } else { f64::INFINITY };
+                }
+                worst
+            })
+            .collect();
+        self.candidate = Some((next, f2));
+        errs
+    }
+
+    fn accept(&mut self) {
+        if let Some(((y, z), f)) = self.candidate.take() {
+            self.y = y;
+            self.z = z;
+            self.f0 = f;
+            self.jacobian = None;
+        }
+    }
+
+    fn state(&self) -> Tensor<2> {
+        let [n, s, _, _] = self.rhs.shape;
+        self.rhs.upload(&self.y, [n, s])
+    }
+
+    fn sensitivities(&self) -> Option<Tensor<3>> {
+        let [n, s, _, q] = self.rhs.shape;
+        Some(self.rhs.upload(&self.z, [n, s, q]))
+    }
+
+    fn shrink(&self, h: f64, err: f64) -> f64 {
+        rosenbrock_shrink(h, err)
+    }
+
+    fn grow(&self, h: f64, err: f64) -> f64 {
+        rosenbrock_grow(h, err)
+    }
+}
+
+/// `a` (`S x S`, row-major) factored in place as `P A = L U` (unit lower `L` below the diagonal,
+/// `U` on and above it) by Gaussian elimination with partial pivoting; the permutation (row `k`
+/// of `P A` is row `pivots[k]` of `A`), or `None` where a pivot is zero or not finite.
+fn lu_factor(a: &mut [f64], s: usize) -> Option<Vec<usize>> {
+    let mut pivots: Vec<usize> = (0..s).collect();
+    for k in 0..s {
+        let p = (k..s).max_by(|&i, &j| a[i * s + k].abs().total_cmp(&a[j * s + k].abs()))?;
+        let pivot = a[p * s + k];
+        if pivot == 0.0 || !pivot.is_finite() {
+            return None;
+        }
+        if p != k {
+            for c in 0..s {
+                a.swap(k * s + c, p * s + c);
+            }
+            pivots.swap(k, p);
+        }
+        for i in k + 1..s {
+            let l = a[i * s + k] / pivot;
+            a[i * s + k] = l;
+            for c in k + 1..s {
+                a[i * s + c] -= l * a[k * s + c];
+            }
+        }
+    }
+    Some(pivots)
+}
+
+/// `x = A^-1 b` from [`lu_factor`]'s factor and permutation (`b` is left as it was).
+fn lu_solve(lu: &[f64], pivots: &[usize], b: &[f64], x: &mut [f64]) {
+    let s = pivots.len();
+    for (k, &p) in pivots.iter().enumerate() {
+        x[k] = b[p];
+    }
+    for i in 0..s {
+        let mut v = x[i];
+        for c in 0..i {
+            v -= lu[i * s + c] * x[c];
+        }
+        x[i] = v;
+    }
+    for i in (0..s).rev() {
+        let mut v = x[i];
+        for c in i + 1..s {
+            v -= lu[i * s + c] * x[c];
+        }
+        x[i] = v / lu[i * s + i];
     }
 }
 

@@ -178,6 +178,8 @@ fn cubic_decay(_t: f64, y: Tensor<2>, theta: &Tensor<2>) -> Tensor<2> {
     -(theta.clone().exp() * y.clone().powi_scalar(3))
 }
 
+/// Both solvers' forward sensitivities (rk45's and the stiff solver's, each on host buffers with
+/// difference quotients of `f`) against the closed form.
 #[test]
 fn nonlinear_gradients_match_closed_form_in_f64_and_f32() {
     // y(t) = y0 / sqrt(1 + a), a = 2 k y0^2 t, k = exp(theta): dy/dy0 = (1 + a)^(-3/2),
@@ -187,16 +189,23 @@ fn nonlinear_gradients_match_closed_form_in_f64_and_f32() {
     let y0s = [0.5, 1.5, -2.0];
     let ts = [0.2, 0.5, 1.0, 2.0];
     let weights = [1.0, -0.5, 2.0, 0.75];
-    for (dtype, opts, tol) in [
-        (DType::F64, OdeOptions::new(1e-9, 1e-9, 100_000), 1e-6),
-        (DType::F32, OdeOptions::new(1e-6, 1e-6, 100_000), 2e-4),
-    ] {
+    for (name, (dtype, opts, tol)) in ["ode_rk45", "ode_stiff"].into_iter().flat_map(|s| {
+        [
+            (s, (DType::F64, OdeOptions::new(1e-9, 1e-9, 100_000), 1e-6)),
+            (s, (DType::F32, OdeOptions::new(1e-6, 1e-6, 100_000), 2e-4)),
+        ]
+    }) {
         let w = Tensor::<3>::from_data(TensorData::new(weights.to_vec(), [1, ts.len(), 1]), (&device, dtype));
         let (_, g_y0, g_theta) = value_and_grad2(
             tensor(y0s.to_vec(), [3, 1], dtype, &device),
             tensor(thetas.to_vec(), [3, 1], dtype, &device),
             |y0, theta| {
-                let sol = ode_rk45(cubic_decay, y0, 0.0, &ts, &theta, &opts).unwrap();
+                let sol = if name == "ode_rk45" {
+                    ode_rk45(cubic_decay, y0, 0.0, &ts, &theta, &opts)
+                } else {
+                    ode_stiff(cubic_decay, y0, 0.0, &ts, &theta, &opts)
+                };
+                let sol = sol.unwrap();
                 (sol.states * w.clone().autodiff()).sum_dim(1).reshape([3])
             },
         )
@@ -210,7 +219,7 @@ fn nonlinear_gradients_match_closed_form_in_f64_and_f32() {
             for (got, want, what) in [(g_y0[p], dy0, "y0"), (g_theta[p], dth, "theta")] {
                 assert!(
                     (got - want).abs() < tol * (1.0 + want.abs()),
-                    "{dtype:?} particle {p}, d/d{what}: {got} vs {want}"
+                    "{name} {dtype:?} particle {p}, d/d{what}: {got} vs {want}"
                 );
             }
         }
