@@ -1,12 +1,13 @@
 //! Issue 45's latent-variable acceptance: the default path (`fit` with every default) on the
 //! two-parameter item-response model and the non-centred stochastic-volatility model of
-//! `parvi_models::stan_users` (simulated data), against NUTS through the same density (4 chains
+//! `parvi_models::stan_users` (simulated data), and its stiff pharmacokinetic model (item 5), against NUTS through the same density (4 chains
 //! x (1,000 + 3,000)) as the reference: the largest error of a reported quantity's mean in NUTS
 //! sds, the largest |sd ratio - 1|, and the wall seconds of each.
 //!
 //! ```sh
 //! cargo build --release --workspace --features wgpu,mpi --example latent_default_path
-//! target/release/examples/latent_default_path [irt|sv]
+//! target/release/examples/latent_default_path [irt|sv|pk]
+//! target/release/examples/latent_default_path pk-data > pk.json   # the PK data, for Stan
 //! ```
 
 use std::time::Instant;
@@ -17,7 +18,7 @@ use parvi_model::BackendKind;
 use parvi_model::burn::tensor::{Device, Tensor};
 use parvi_model::program::{Compiled, Program};
 use parvi_model::tensor_ops::{matrix_from_vec, to_vec_f64};
-use parvi_models::stan_users::{ItemResponse2pl, StochasticVolatility};
+use parvi_models::stan_users::{ItemResponse2pl, OneCompartmentMm, StochasticVolatility};
 
 /// Kept draws per chain of the reference NUTS run (4 chains): three times Stan's default, so
 /// that the reference's own Monte Carlo error in an sd (about `sqrt(1 / (2 ESS))`) is a small
@@ -94,11 +95,42 @@ fn compare<P: Program>(label: &str, model: &Compiled<P>, device: &Device) {
     );
 }
 
-/// Both models, or the one named by the first argument (`irt` or `sv`).
+/// Every model, or the one named by the first argument (`irt`, `sv` or `pk`).
 fn main() {
     let only = std::env::args().nth(1);
     let run = |name: &str| only.as_deref().is_none_or(|o| o == name);
     let device = BackendKind::Flex.device().expect("flex");
+    if only.as_deref() == Some("pk-speed") {
+        let (pk, truth) = OneCompartmentMm::simulate(19, &device).expect("simulate");
+        let model = Compiled::new(pk, &device).expect("compile");
+        let at: Vec<f32> = truth.iter().map(|(_, v)| v.ln() as f32).collect();
+        for rows in [1usize, 4, 100] {
+            let x =
+                matrix_from_vec(at.iter().cycle().take(rows * at.len()).copied().collect(), rows, at.len(), &device);
+            let started = Instant::now();
+            for _ in 0..5 {
+                let s = parvi_model::score(&model, x.clone(), None).expect("score");
+                let _ = to_vec_f64(&s.grad);
+            }
+            println!("{rows} rows: {:.2} ms a score", started.elapsed().as_secs_f64() * 200.0);
+        }
+        return;
+    }
+    if only.as_deref() == Some("pk-data") {
+        // The simulated data set as Stan's JSON, for scripts/stan_time.py with
+        // scripts/stan/one_cpt_mm.stan.
+        let (pk, _) = OneCompartmentMm::simulate(19, &device).expect("simulate");
+        let d = pk.data();
+        let list = |v: &[f64]| v.iter().map(|x| format!("{x:?}")).collect::<Vec<_>>().join(", ");
+        println!(
+            "{{\"N\": {}, \"ts\": [{}], \"dose\": {:?}, \"conc\": [{}]}}",
+            d.ts.len(),
+            list(&d.ts),
+            d.dose,
+            list(&d.conc)
+        );
+        return;
+    }
     if run("irt") {
         let (irt, _) = ItemResponse2pl::simulate(13, 20, 100, &device).expect("simulate");
         let irt = Compiled::new(irt, &device).expect("compile");
@@ -107,5 +139,35 @@ fn main() {
     if run("sv") {
         let (sv, _) = StochasticVolatility::simulate(17, 300, &device).expect("simulate");
         compare("stochastic volatility (T = 300)", &Compiled::new(sv, &device).expect("compile"), &device);
+    }
+    if run("pk") {
+        // No NUTS reference here (4 x 4,000 iterations of four-row stiff solves take hours): the
+        // reference is Stan's own run, `scripts/stan_time.py` on `pk-data`.
+        let (pk, _) = OneCompartmentMm::simulate(19, &device).expect("simulate");
+        let model = Compiled::new(pk, &device).expect("compile");
+        let reported = |x: Tensor<2>| model.reported(x).expect("reported quantities");
+        let started = Instant::now();
+        let spec = EngineSpec::new(
+            MethodConfig::default_for("svgd").unwrap(),
+            KernelConfig::default(),
+            AdapterConfig::default(),
+        );
+        let config = FitConfig { progress: false, ..FitConfig::default() };
+        let result = fit_reported(&model, Some(&reported), &spec, &config, &mut [], &device).expect("fit");
+        let seconds = started.elapsed().as_secs_f64();
+        let names = model.names().to_vec();
+        let (mean, sd) = moments(&to_vec_f64(&reported(result.draws.positions.clone())), names.len());
+        println!("pharmacokinetic, Michaelis-Menten (ode_stiff, N = 20): default path {seconds:.1} s");
+        for (j, name) in names.iter().enumerate() {
+            println!("{name:>8} mean {:.5} sd {:.5}", mean[j], sd[j]);
+        }
+        for w in &result.diagnostics.warnings {
+            println!("  warning: {w}");
+        }
+        let polish = result.diagnostics.polish.as_ref().map(|p| p.describe()).unwrap_or_default();
+        println!(
+            "  phases: mode search {:.1} s, particles {:.1} s ({} steps), polish {polish}",
+            result.laplace_seconds, result.seconds, result.steps_run
+        );
     }
 }

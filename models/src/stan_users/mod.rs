@@ -13,6 +13,7 @@
 //! | [`ChangePoint`] | change point marginalised | `cumulative_sum`, `log_sum_exp` |
 //! | [`StochasticVolatility`] | non-centred AR(1) log-volatility | `scan::linear_scan` |
 //! | [`MultiLogit`] | multinomial logit | `CategoricalLogit` |
+//! | [`OneCompartmentMm`] | pharmacokinetics, Michaelis-Menten elimination | `ode_stiff` (Stan's `ode_bdf`) |
 //!
 //! Data are held as Stan's data block holds them: integers as `i64`, categories and index
 //! arrays 1-based; a constructor checks every field once and names the one at fault
@@ -28,6 +29,7 @@ mod change_point;
 mod irt;
 mod multi_logit;
 mod ordinal;
+mod pharmacokinetic;
 mod stochastic_volatility;
 mod survival;
 mod varying_effects;
@@ -37,6 +39,7 @@ pub use change_point::{ChangePoint, ChangePointData};
 pub use irt::{ItemResponse2pl, ItemResponseData};
 pub use multi_logit::{MultiLogit, MultiLogitData};
 pub use ordinal::{OrderedLogisticRegression, OrdinalData};
+pub use pharmacokinetic::{OneCompartmentMm, PharmacokineticData};
 pub use stochastic_volatility::{StochasticVolatility, StochasticVolatilityData};
 pub use survival::{WeibullSurvival, WeibullSurvivalData};
 pub use varying_effects::{VaryingEffectsData, VaryingEffectsLogit};
