@@ -860,6 +860,18 @@ impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> HostRhs<'_, F> {
         Ok((dy, dz))
     }
 
+    /// `[n, S]` states as a tensor of `f`'s dtype.
+    fn upload_states(&self, y: &[f64]) -> Tensor<2> {
+        let [n, s, _, _] = self.shape;
+        self.upload(y, [n, s])
+    }
+
+    /// `[n, S, Q]` sensitivities as a tensor of `f`'s dtype.
+    fn upload_sensitivities(&self, z: &[f64]) -> Tensor<3> {
+        let [n, s, _, q] = self.shape;
+        self.upload(z, [n, s, q])
+    }
+
     /// `f` at `rows` host points (`ys` `[rows, S]`, `thetas` `[rows, P]`), read back to the host.
     fn call(&mut self, t: f64, ys: &[f64], thetas: &[f64], rows: usize) -> Result<Vec<f64>, OdeError> {
         let [_, s, p, _] = self.shape;
@@ -920,20 +932,11 @@ impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> Method for HostDopri5<'_, F
         let [n, s, _, _] = self.rhs.shape;
         // As Dopri5::attempt: Boost odeint's default_error_checker on the states; a non-finite
         // entry makes the norm infinite.
-        let errs = (0..n)
-            .map(|i| {
-                let mut worst: f64 = 0.0;
-                for k in i * s..(i + 1) * s {
-                    let e =
-                        h * (E1 * k1.0[k] + E3 * k3.0[k] + E4 * k4.0[k] + E5 * k5.0[k] + E6 * k6.0[k] + E7 * k7.0[k]);
-                    let scale = self.rhs.options.rel_tol * (self.y[k].abs() + h.abs() * k1.0[k].abs())
-                        + self.rhs.options.abs_tol;
-                    let ratio = e.abs() / scale;
-                    worst = if ratio.is_finite() && next.0[k].is_finite() { worst.max(ratio) } else { f64::INFINITY };
-                }
-                worst
-            })
-            .collect();
+        let o = self.rhs.options;
+        let errs = host_error_norms(n, s, &next.0, |k| {
+            let e = h * (E1 * k1.0[k] + E3 * k3.0[k] + E4 * k4.0[k] + E5 * k5.0[k] + E6 * k6.0[k] + E7 * k7.0[k]);
+            (e, o.rel_tol * (self.y[k].abs() + h.abs() * k1.0[k].abs()) + o.abs_tol)
+        });
         self.candidate = Some((next, k7));
         errs
     }
@@ -947,13 +950,11 @@ impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> Method for HostDopri5<'_, F
     }
 
     fn state(&self) -> Tensor<2> {
-        let [n, s, _, _] = self.rhs.shape;
-        self.rhs.upload(&self.y, [n, s])
+        self.rhs.upload_states(&self.y)
     }
 
     fn sensitivities(&self) -> Option<Tensor<3>> {
-        let [n, s, _, q] = self.rhs.shape;
-        Some(self.rhs.upload(&self.z, [n, s, q]))
+        Some(self.rhs.upload_sensitivities(&self.z))
     }
 
     fn shrink(&self, h: f64, err: f64) -> f64 {
@@ -1073,6 +1074,23 @@ fn rosenbrock_shrink(h: f64, err: f64) -> f64 {
 
 fn rosenbrock_grow(h: f64, err: f64) -> f64 {
     if err < 0.5 { h * (0.9 * err.max(1e-12).powf(-1.0 / 3.0)).min(5.0) } else { h }
+}
+
+/// Per particle, the largest `|e_k| / scale_k` over its `S` states from `error_and_scale(k)` (`k`
+/// the flat index), infinite where that or the candidate state `next[k]` is not finite (as
+/// [`scaled_error_norms`] on tensors).
+fn host_error_norms(n: usize, s: usize, next: &[f64], error_and_scale: impl Fn(usize) -> (f64, f64)) -> Vec<f64> {
+    (0..n)
+        .map(|i| {
+            let mut worst: f64 = 0.0;
+            for (k, candidate) in next.iter().enumerate().skip(i * s).take(s) {
+                let (e, scale) = error_and_scale(k);
+                let ratio = e.abs() / scale;
+                worst = if ratio.is_finite() && candidate.is_finite() { worst.max(ratio) } else { f64::INFINITY };
+            }
+            worst
+        })
+        .collect()
 }
 
 /// ode23s's Rosenbrock triple on the state and its sensitivities, on the host in `f64`.
@@ -1206,18 +1224,10 @@ impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> Method for HostRosenbrock23
         solve(&mut k3);
         let options = self.rhs.options;
         // As Rosenbrock23::attempt: the states' error, scaled by the larger of |y| and |y_new|.
-        let errs = (0..n)
-            .map(|i| {
-                let mut worst: f64 = 0.0;
-                for k in i * s..(i + 1) * s {
-                    let e = h / 6.0 * (k1.0[k] - 2.0 * k2.0[k] + k3.0[k]);
-                    let scale = options.rel_tol * self.y[k].abs().max(next.0[k].abs()) + options.abs_tol;
-                    let ratio = e.abs() / scale;
-                    worst = if ratio.is_finite() && next.0[k].is_finite() { worst.max(ratio) } else { f64::INFINITY };
-                }
-                worst
-            })
-            .collect();
+        let errs = host_error_norms(n, s, &next.0, |k| {
+            let e = h / 6.0 * (k1.0[k] - 2.0 * k2.0[k] + k3.0[k]);
+            (e, options.rel_tol * self.y[k].abs().max(next.0[k].abs()) + options.abs_tol)
+        });
         self.candidate = Some((next, f2));
         errs
     }
@@ -1232,13 +1242,11 @@ impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> Method for HostRosenbrock23
     }
 
     fn state(&self) -> Tensor<2> {
-        let [n, s, _, _] = self.rhs.shape;
-        self.rhs.upload(&self.y, [n, s])
+        self.rhs.upload_states(&self.y)
     }
 
     fn sensitivities(&self) -> Option<Tensor<3>> {
-        let [n, s, _, q] = self.rhs.shape;
-        Some(self.rhs.upload(&self.z, [n, s, q]))
+        Some(self.rhs.upload_sensitivities(&self.z))
     }
 
     fn shrink(&self, h: f64, err: f64) -> f64 {
