@@ -872,6 +872,47 @@ impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> HostRhs<'_, F> {
         self.upload(z, [n, s, q])
     }
 
+    /// `J = df/dy` `[n, S, S]` and `df/dt` `[n, S]` at `(t, y)`, `f0 = f(t, y)`, by forward
+    /// differences with MATLAB's `numjac` increments (`sqrt(eps)` of `f`'s dtype relative, at
+    /// least `sqrt(eps)`): one call of `f` on `S n` rows and one on `n`; NaN where `f` fails.
+    fn jacobian(&mut self, t: f64, y: &[f64], f0: &[f64]) -> (Vec<f64>, Vec<f64>) {
+        let [n, s, _, _] = self.shape;
+        let eps = if self.dtype == DType::F64 { f64::EPSILON } else { f64::from(f32::EPSILON) };
+        let sqrt_eps = eps.sqrt();
+        let mut ys = Vec::with_capacity(s * n * s);
+        let mut steps = vec![0.0; s * n];
+        for j in 0..s {
+            for i in 0..n {
+                let row = &y[i * s..(i + 1) * s];
+                let h = sqrt_eps * row[j].abs().max(1.0);
+                steps[j * n + i] = h;
+                ys.extend(row.iter().enumerate().map(|(k, &v)| if k == j { v + h } else { v }));
+            }
+        }
+        let thetas: Vec<f64> = (0..s).flat_map(|_| self.theta_host.iter().copied()).collect();
+        let shifted = self.call(t, &ys, &thetas, s * n).ok();
+        let dt = sqrt_eps * t.abs().max(1.0);
+        let theta = self.theta_host.clone();
+        let later = self.call(t + dt, y, &theta, n).ok();
+        let mut jac = vec![f64::NAN; n * s * s];
+        let mut ft = vec![f64::NAN; n * s];
+        if let Some(shifted) = shifted {
+            for j in 0..s {
+                for i in 0..n {
+                    for k in 0..s {
+                        jac[(i * s + k) * s + j] = (shifted[(j * n + i) * s + k] - f0[i * s + k]) / steps[j * n + i];
+                    }
+                }
+            }
+        }
+        if let Some(later) = later {
+            for (d, (a, b)) in ft.iter_mut().zip(later.iter().zip(f0)) {
+                *d = (a - b) / dt;
+            }
+        }
+        (jac, ft)
+    }
+
     /// `f` at `rows` host points (`ys` `[rows, S]`, `thetas` `[rows, P]`), read back to the host.
     fn call(&mut self, t: f64, ys: &[f64], thetas: &[f64], rows: usize) -> Result<Vec<f64>, OdeError> {
         let [_, s, p, _] = self.shape;
@@ -1116,50 +1157,12 @@ struct HostRosenbrock23<'a, F> {
 }
 
 impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> HostRosenbrock23<'_, F> {
-    /// `J = df/dy` and `df/dt` by forward differences with MATLAB's `numjac` increments
-    /// (`sqrt(eps)` of `f`'s dtype relative, at least `sqrt(eps)`); NaN where `f` fails.
+    /// [`HostRhs::jacobian`] at the current point, once per accepted step.
     fn jacobian(&mut self, t: f64) -> (Vec<f64>, Vec<f64>) {
-        if let Some(j) = &self.jacobian {
-            return j.clone();
+        if self.jacobian.is_none() {
+            self.jacobian = Some(self.rhs.jacobian(t, &self.y, &self.f0.0));
         }
-        let [n, s, _, _] = self.rhs.shape;
-        let eps = if self.rhs.dtype == DType::F64 { f64::EPSILON } else { f64::from(f32::EPSILON) };
-        let sqrt_eps = eps.sqrt();
-        let mut ys = Vec::with_capacity(s * n * s);
-        let mut steps = vec![0.0; s * n];
-        for j in 0..s {
-            for i in 0..n {
-                let row = &self.y[i * s..(i + 1) * s];
-                let h = sqrt_eps * row[j].abs().max(1.0);
-                steps[j * n + i] = h;
-                ys.extend(row.iter().enumerate().map(|(k, &v)| if k == j { v + h } else { v }));
-            }
-        }
-        let thetas: Vec<f64> = (0..s).flat_map(|_| self.rhs.theta_host.iter().copied()).collect();
-        let shifted = self.rhs.call(t, &ys, &thetas, s * n).ok();
-        let dt = sqrt_eps * t.abs().max(1.0);
-        let theta = self.rhs.theta_host.clone();
-        let later = self.rhs.call(t + dt, &self.y, &theta, n).ok();
-        let f0 = &self.f0.0;
-        let mut jac = vec![f64::NAN; n * s * s];
-        let mut ft = vec![f64::NAN; n * s];
-        if let Some(shifted) = shifted {
-            for j in 0..s {
-                for i in 0..n {
-                    for k in 0..s {
-                        jac[(i * s + k) * s + j] = (shifted[(j * n + i) * s + k] - f0[i * s + k]) / steps[j * n + i];
-                    }
-                }
-            }
-        }
-        if let Some(later) = later {
-            for (d, (a, b)) in ft.iter_mut().zip(later.iter().zip(f0)) {
-                *d = (a - b) / dt;
-            }
-        }
-        let j = (jac, ft);
-        self.jacobian = Some(j.clone());
-        j
+        self.jacobian.clone().expect("set above")
     }
 }
 
@@ -1168,41 +1171,8 @@ impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> Method for HostRosenbrock23
         let (jac, ft) = self.jacobian(t);
         let [n, s, _, q] = self.rhs.shape;
         let hd = h * D_ROS;
-        // W = I - h d J per particle, factored; None where singular (that particle's step fails).
-        let factors: Vec<Option<(Vec<f64>, Vec<usize>)>> = (0..n)
-            .map(|i| {
-                let mut w: Vec<f64> = jac[i * s * s..(i + 1) * s * s].iter().map(|v| -hd * v).collect();
-                for k in 0..s {
-                    w[k * s + k] += 1.0;
-                }
-                lu_factor(&mut w, s).map(|pivots| (w, pivots))
-            })
-            .collect();
-        // Solves W k = b in place for every particle: the state's column and the Q sensitivity
-        // columns.
-        let solve = |b: &mut HostPoint| {
-            let mut column = vec![0.0; s];
-            for (i, factor) in factors.iter().enumerate() {
-                let Some((lu, pivots)) = factor else {
-                    b.0[i * s..(i + 1) * s].fill(f64::NAN);
-                    b.1[i * s * q..(i + 1) * s * q].fill(f64::NAN);
-                    continue;
-                };
-                column.copy_from_slice(&b.0[i * s..(i + 1) * s]);
-                lu_solve(lu, pivots, &column, &mut b.0[i * s..(i + 1) * s]);
-                for c in 0..q {
-                    let at = |k: usize| (i * s + k) * q + c;
-                    for (k, v) in column.iter_mut().enumerate() {
-                        *v = b.1[at(k)];
-                    }
-                    let mut solved = vec![0.0; s];
-                    lu_solve(lu, pivots, &column, &mut solved);
-                    for (k, v) in solved.into_iter().enumerate() {
-                        b.1[at(k)] = v;
-                    }
-                }
-            }
-        };
+        let factors = factor_stage_matrices(&jac, n, s, 1.0, hd);
+        let solve = |b: &mut HostPoint| solve_stage(&factors, b, s, q);
         let axpy = |x: &[f64], a: f64, k: &[f64]| -> Vec<f64> { x.iter().zip(k).map(|(x, k)| x + a * k).collect() };
         let f0 = self.f0.clone();
         let mut k1 = (axpy(&f0.0, hd, &ft), f0.1.clone());
@@ -1255,6 +1225,47 @@ impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> Method for HostRosenbrock23
 
     fn grow(&self, h: f64, err: f64) -> f64 {
         rosenbrock_grow(h, err)
+    }
+}
+
+/// Per particle, `diag I - scale J` (`J` `[n, S, S]`) factored by [`lu_factor`]; `None` where it
+/// is singular (that particle's stages are NaN and its step fails).
+type StageFactor = Option<(Vec<f64>, Vec<usize>)>;
+
+fn factor_stage_matrices(jac: &[f64], n: usize, s: usize, diag: f64, scale: f64) -> Vec<StageFactor> {
+    (0..n)
+        .map(|i| {
+            let mut w: Vec<f64> = jac[i * s * s..(i + 1) * s * s].iter().map(|v| -scale * v).collect();
+            for k in 0..s {
+                w[k * s + k] += diag;
+            }
+            lu_factor(&mut w, s).map(|pivots| (w, pivots))
+        })
+        .collect()
+}
+
+/// Solves every particle's stage in place with its factor: the state's column and the `Q`
+/// sensitivity columns of `b = (y part [n, S], Z part [n, S, Q])`.
+fn solve_stage(factors: &[StageFactor], b: &mut HostPoint, s: usize, q: usize) {
+    let (mut column, mut solved) = (vec![0.0; s], vec![0.0; s]);
+    for (i, factor) in factors.iter().enumerate() {
+        let Some((lu, pivots)) = factor else {
+            b.0[i * s..(i + 1) * s].fill(f64::NAN);
+            b.1[i * s * q..(i + 1) * s * q].fill(f64::NAN);
+            continue;
+        };
+        column.copy_from_slice(&b.0[i * s..(i + 1) * s]);
+        lu_solve(lu, pivots, &column, &mut b.0[i * s..(i + 1) * s]);
+        for c in 0..q {
+            let at = |k: usize| (i * s + k) * q + c;
+            for (k, v) in column.iter_mut().enumerate() {
+                *v = b.1[at(k)];
+            }
+            lu_solve(lu, pivots, &column, &mut solved);
+            for (k, v) in solved.iter().enumerate() {
+                b.1[at(k)] = *v;
+            }
+        }
     }
 }
 
