@@ -1141,8 +1141,8 @@ fn host_error_norms(n: usize, s: usize, next: &[f64], error_and_scale: impl Fn(u
 /// so each stage is `W k_Z = (the stage's directional derivatives of f) + ...`, solved with the
 /// step's factor of `W`. A stage's `(y', Z')` is one batched call of `f` ([`HostRhs`]); the
 /// Jacobian `J` for `W` by forward differences, one call of `f` on `S n` rows and one for
-/// `df/dt`, once per accepted step; `W = I - h d J` is factored per particle (partial pivoting,
-/// `S x S`) once per attempt.
+/// `df/dt`, once per accepted step; `W = I - h d J` is inverted per particle (from its factor
+/// with partial pivoting, `S x S`) once per attempt.
 struct HostRosenbrock23<'a, F> {
     rhs: HostRhs<'a, F>,
     /// `[n, S]`.
@@ -1171,8 +1171,8 @@ impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> Method for HostRosenbrock23
         let (jac, ft) = self.jacobian(t);
         let [n, s, _, q] = self.rhs.shape;
         let hd = h * D_ROS;
-        let factors = factor_stage_matrices(&jac, n, s, 1.0, hd);
-        let solve = |b: &mut HostPoint| solve_stage(&factors, b, s, q);
+        let inverses = invert_stage_matrices(&jac, n, s, 1.0, hd);
+        let solve = |b: &mut HostPoint| solve_stage(&inverses, b, s, q);
         let axpy = |x: &[f64], a: f64, k: &[f64]| -> Vec<f64> { x.iter().zip(k).map(|(x, k)| x + a * k).collect() };
         let f0 = self.f0.clone();
         let mut k1 = (axpy(&f0.0, hd, &ft), f0.1.clone());
@@ -1228,42 +1228,48 @@ impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> Method for HostRosenbrock23
     }
 }
 
-/// Per particle, `diag I - scale J` (`J` `[n, S, S]`) factored by [`lu_factor`]; `None` where it
-/// is singular (that particle's stages are NaN and its step fails).
-type StageFactor = Option<(Vec<f64>, Vec<usize>)>;
-
-fn factor_stage_matrices(jac: &[f64], n: usize, s: usize, diag: f64, scale: f64) -> Vec<StageFactor> {
-    (0..n)
-        .map(|i| {
-            let mut w: Vec<f64> = jac[i * s * s..(i + 1) * s * s].iter().map(|v| -scale * v).collect();
-            for k in 0..s {
-                w[k * s + k] += diag;
+/// Per particle, the inverse of `diag I - scale J` (`J` `[n, S, S]`), `[n, S, S]`, from its
+/// [`lu_factor`]; NaN where it is singular (that particle's stages are NaN and its step fails).
+/// An explicit inverse because every attempt solves with it `3 (1 + Q)` times (each stage's
+/// state and sensitivity columns): a small matrix product each, where the factor's solves were
+/// a fifth of a stiff fit's time.
+fn invert_stage_matrices(jac: &[f64], n: usize, s: usize, diag: f64, scale: f64) -> Vec<f64> {
+    let mut inverses = vec![f64::NAN; n * s * s];
+    let (mut unit, mut column) = (vec![0.0; s], vec![0.0; s]);
+    for i in 0..n {
+        let mut w: Vec<f64> = jac[i * s * s..(i + 1) * s * s].iter().map(|v| -scale * v).collect();
+        for k in 0..s {
+            w[k * s + k] += diag;
+        }
+        let Some(pivots) = lu_factor(&mut w, s) else { continue };
+        let inverse = &mut inverses[i * s * s..(i + 1) * s * s];
+        for j in 0..s {
+            unit.fill(0.0);
+            unit[j] = 1.0;
+            lu_solve(&w, &pivots, &unit, &mut column);
+            for (k, v) in column.iter().enumerate() {
+                inverse[k * s + j] = *v;
             }
-            lu_factor(&mut w, s).map(|pivots| (w, pivots))
-        })
-        .collect()
+        }
+    }
+    inverses
 }
 
-/// Solves every particle's stage in place with its factor: the state's column and the `Q`
-/// sensitivity columns of `b = (y part [n, S], Z part [n, S, Q])`.
-fn solve_stage(factors: &[StageFactor], b: &mut HostPoint, s: usize, q: usize) {
-    let (mut column, mut solved) = (vec![0.0; s], vec![0.0; s]);
-    for (i, factor) in factors.iter().enumerate() {
-        let Some((lu, pivots)) = factor else {
-            b.0[i * s..(i + 1) * s].fill(f64::NAN);
-            b.1[i * s * q..(i + 1) * s * q].fill(f64::NAN);
-            continue;
-        };
-        column.copy_from_slice(&b.0[i * s..(i + 1) * s]);
-        lu_solve(lu, pivots, &column, &mut b.0[i * s..(i + 1) * s]);
-        for c in 0..q {
-            let at = |k: usize| (i * s + k) * q + c;
-            for (k, v) in column.iter_mut().enumerate() {
-                *v = b.1[at(k)];
-            }
-            lu_solve(lu, pivots, &column, &mut solved);
-            for (k, v) in solved.iter().enumerate() {
-                b.1[at(k)] = *v;
+/// Every particle's stage solved in place with its inverse stage matrix: the state's column and
+/// the `Q` sensitivity columns of `b = (y part [n, S], Z part [n, S, Q])`.
+fn solve_stage(inverses: &[f64], b: &mut HostPoint, s: usize, q: usize) {
+    let mut rhs = vec![0.0; s * q.max(1)];
+    for (i, inverse) in inverses.chunks(s * s).enumerate() {
+        let y = &mut b.0[i * s..(i + 1) * s];
+        rhs[..s].copy_from_slice(y);
+        for (k, out) in y.iter_mut().enumerate() {
+            *out = (0..s).map(|m| inverse[k * s + m] * rhs[m]).sum();
+        }
+        let z = &mut b.1[i * s * q..(i + 1) * s * q];
+        rhs[..s * q].copy_from_slice(z);
+        for k in 0..s {
+            for c in 0..q {
+                z[k * q + c] = (0..s).map(|m| inverse[k * s + m] * rhs[m * q + c]).sum();
             }
         }
     }
