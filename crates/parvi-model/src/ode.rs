@@ -1139,7 +1139,7 @@ fn host_error_norms(n: usize, s: usize, next: &[f64], error_and_scale: impl Fn(u
 /// The sensitivities follow the same formula with `W` (and `df/dt`) frozen, as the taped solver's
 /// gradient does ([`Rosenbrock23`]): their system `Z' = J Z + f_theta` has Jacobian `J` itself,
 /// so each stage is `W k_Z = (the stage's directional derivatives of f) + ...`, solved with the
-/// step's factor of `W`. A stage's `(y', Z')` is one batched call of `f` ([`HostRhs`]); the
+/// step's inverse of `W`. A stage's `(y', Z')` is one batched call of `f` ([`HostRhs`]); the
 /// Jacobian `J` for `W` by forward differences, one call of `f` on `S n` rows and one for
 /// `df/dt`, once per accepted step; `W = I - h d J` is inverted per particle (from its factor
 /// with partial pivoting, `S x S`) once per attempt.
