@@ -220,10 +220,12 @@ where
 ///
 /// Same arguments and result as [`ode_rk45`]; meant for small systems (the Jacobian costs `S + 1`
 /// evaluations of `f` per step, the linear algebra `O(S^3)` per particle). Where Stan would use
-/// `ode_bdf`. Second order: tight tolerances cost many steps. With tracked `y0` or `theta` the
-/// gradient comes from forward sensitivities on host buffers (module docs), about ten times
-/// cheaper than the taped steps on a pharmacokinetic model (docs/posteriordb.md, "The stiff
-/// solver's sensitivities on the host").
+/// `ode_bdf`. Second order: tight tolerances cost many steps. Where `f` closes over no tracked
+/// tensor the solve runs on host `f64` buffers, and with tracked `y0` or `theta` its gradient
+/// comes from forward sensitivities there (module docs): 14 times cheaper a score than the
+/// taped steps on a pharmacokinetic model (docs/posteriordb.md, "The stiff solver's
+/// sensitivities on the host"); a value-only solve (generated quantities) runs the same
+/// arithmetic without them.
 pub fn ode_stiff<F>(
     f: F,
     y0: Tensor<2>,
@@ -237,13 +239,12 @@ where
 {
     const SOLVER: &str = "ode_stiff";
     let [n, s] = validate(&y0, t0, ts, theta, options)?;
-    let wrt = Wrt { y0: y0.is_tracked(), theta: theta.is_tracked() };
-    if wrt.y0 || wrt.theta {
-        let (y0_value, theta_value) = (y0.clone().without_autodiff(), theta.clone().without_autodiff());
-        // As ode_rk45: the host solver's sensitivities wherever `f` closes over no tracked tensor.
-        if !f(t0, y0_value.clone(), &theta_value).is_tracked() {
-            return solve_with_sensitivities(HostSolver::Stiff, &f, &y0, t0, ts, theta, options);
-        }
+    // The host solver wherever `f` closes over no tracked tensor: with the sensitivities where
+    // `y0` or `theta` is tracked, the states alone otherwise (generated quantities), so that
+    // both solve by the same arithmetic, in `f64`.
+    let (y0_value, theta_value) = (y0.clone().without_autodiff(), theta.clone().without_autodiff());
+    if !f(t0, y0_value, &theta_value).is_tracked() {
+        return solve_with_sensitivities(HostSolver::Stiff, &f, &y0, t0, ts, theta, options);
     }
     let f0 = f(t0, y0.clone(), theta);
     let mut failed = vec![None; n];
@@ -727,6 +728,9 @@ where
     };
     let t_len = ts.len();
     let states = Tensor::stack::<3>(states, 1); // [n, T, S]
+    if q == 0 {
+        return Ok(OdeSolution::new(states.autodiff(), stats, failed));
+    }
     let sensitivities = Tensor::stack::<4>(sensitivities, 1); // [n, T, S, Q]
     let mut inputs = Vec::new();
     if wrt.y0 {
@@ -995,7 +999,7 @@ impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> Method for HostDopri5<'_, F
     }
 
     fn sensitivities(&self) -> Option<Tensor<3>> {
-        Some(self.rhs.upload_sensitivities(&self.z))
+        (self.rhs.shape[3] > 0).then(|| self.rhs.upload_sensitivities(&self.z))
     }
 
     fn shrink(&self, h: f64, err: f64) -> f64 {
@@ -1216,7 +1220,7 @@ impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> Method for HostRosenbrock23
     }
 
     fn sensitivities(&self) -> Option<Tensor<3>> {
-        Some(self.rhs.upload_sensitivities(&self.z))
+        (self.rhs.shape[3] > 0).then(|| self.rhs.upload_sensitivities(&self.z))
     }
 
     fn shrink(&self, h: f64, err: f64) -> f64 {
