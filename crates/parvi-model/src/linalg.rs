@@ -437,6 +437,56 @@ pub mod host {
         }
     }
 
+    /// `a` (`S x S`, row-major) factored in place as `P A = L U` (unit lower `L` below the diagonal,
+    /// `U` on and above it) by Gaussian elimination with partial pivoting; the permutation (row `k`
+    /// of `P A` is row `pivots[k]` of `A`), or `None` where a pivot is zero or not finite.
+    pub fn lu_factor(a: &mut [f64], s: usize) -> Option<Vec<usize>> {
+        let mut pivots: Vec<usize> = (0..s).collect();
+        for k in 0..s {
+            let p = (k..s).max_by(|&i, &j| a[i * s + k].abs().total_cmp(&a[j * s + k].abs()))?;
+            let pivot = a[p * s + k];
+            if pivot == 0.0 || !pivot.is_finite() {
+                return None;
+            }
+            if p != k {
+                for c in 0..s {
+                    a.swap(k * s + c, p * s + c);
+                }
+                pivots.swap(k, p);
+            }
+            for i in k + 1..s {
+                let l = a[i * s + k] / pivot;
+                a[i * s + k] = l;
+                for c in k + 1..s {
+                    a[i * s + c] -= l * a[k * s + c];
+                }
+            }
+        }
+        Some(pivots)
+    }
+
+    /// `x = A^-1 b` from [`lu_factor`]'s factor and permutation (`b` is left as it was).
+    pub fn lu_solve(lu: &[f64], pivots: &[usize], b: &[f64], x: &mut [f64]) {
+        let s = pivots.len();
+        for (k, &p) in pivots.iter().enumerate() {
+            x[k] = b[p];
+        }
+        for i in 0..s {
+            let mut v = x[i];
+            for c in 0..i {
+                v -= lu[i * s + c] * x[c];
+            }
+            x[i] = v;
+        }
+        for i in (0..s).rev() {
+            let mut v = x[i];
+            for c in i + 1..s {
+                v -= lu[i * s + c] * x[c];
+            }
+            x[i] = v / lu[i * s + i];
+        }
+    }
+
     #[cfg(test)]
     mod tests {
         use super::*;

@@ -54,6 +54,8 @@
 use burn::tensor::{Bool, DType, Int, Tensor, TensorData};
 use thiserror::Error;
 
+use crate::linalg::host::{lu_factor, lu_solve};
+
 /// Tolerances and step limit, as in Stan's `integrate_ode_rk45(..., rel_tol, abs_tol, max_num_steps)`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct OdeOptions {
@@ -218,14 +220,14 @@ where
 /// Solves a stiff `dy/dt = f(t, y, theta)` for all particles with the Rosenbrock 2(3) method of
 /// MATLAB's `ode23s` (L-stable; the Jacobian by finite differences of `f` on detached values).
 ///
-/// Same arguments and result as [`ode_rk45`]; meant for small systems (the Jacobian costs `S + 1`
-/// evaluations of `f` per step, the linear algebra `O(S^3)` per particle). Where Stan would use
-/// `ode_bdf`. Second order: tight tolerances cost many steps. Where `f` closes over no tracked
-/// tensor the solve runs on host `f64` buffers, and with tracked `y0` or `theta` its gradient
-/// comes from forward sensitivities there (module docs): 14 times cheaper a score than the
-/// taped steps on a pharmacokinetic model (docs/posteriordb.md, "The stiff solver's
-/// sensitivities on the host"); a value-only solve (generated quantities) runs the same
-/// arithmetic without them.
+/// Same arguments and result as [`ode_rk45`]; meant for small systems (the linear algebra is
+/// `O(S^3)` per particle). Where Stan would use `ode_bdf`. Second order: tight tolerances cost
+/// many steps. Where `f` closes over no tracked tensor the solve runs on host `f64` buffers
+/// ([`HostRosenbrock23`]: the Jacobian by two batched calls of `f` per accepted step), with the
+/// forward sensitivities beside it where `y0` or `theta` is tracked (module docs;
+/// docs/posteriordb.md, "The stiff solver's sensitivities on the host"), without them for a
+/// value-only solve (generated quantities); an `f` that closes over tracked tensors is taped
+/// through the steps (`S + 1` calls of `f` for each Jacobian).
 pub fn ode_stiff<F>(
     f: F,
     y0: Tensor<2>,
@@ -1160,26 +1162,20 @@ struct HostRosenbrock23<'a, F> {
     candidate: Option<(HostPoint, HostPoint)>,
 }
 
-impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> HostRosenbrock23<'_, F> {
-    /// [`HostRhs::jacobian`] at the current point, once per accepted step.
-    fn jacobian(&mut self, t: f64) -> (Vec<f64>, Vec<f64>) {
+impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> Method for HostRosenbrock23<'_, F> {
+    fn attempt(&mut self, t: f64, h: f64) -> Vec<f64> {
+        // The Jacobian at the current point, once per accepted step (kept across rejections).
         if self.jacobian.is_none() {
             self.jacobian = Some(self.rhs.jacobian(t, &self.y, &self.f0.0));
         }
-        self.jacobian.clone().expect("set above")
-    }
-}
-
-impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> Method for HostRosenbrock23<'_, F> {
-    fn attempt(&mut self, t: f64, h: f64) -> Vec<f64> {
-        let (jac, ft) = self.jacobian(t);
+        let (jac, ft) = self.jacobian.as_ref().expect("set above");
         let [n, s, _, q] = self.rhs.shape;
         let hd = h * D_ROS;
-        let inverses = invert_stage_matrices(&jac, n, s, 1.0, hd);
+        let inverses = invert_stage_matrices(jac, n, s, 1.0, hd);
         let solve = |b: &mut HostPoint| solve_stage(&inverses, b, s, q);
         let axpy = |x: &[f64], a: f64, k: &[f64]| -> Vec<f64> { x.iter().zip(k).map(|(x, k)| x + a * k).collect() };
-        let f0 = self.f0.clone();
-        let mut k1 = (axpy(&f0.0, hd, &ft), f0.1.clone());
+        let f0 = &self.f0;
+        let mut k1 = (axpy(&f0.0, hd, ft), f0.1.clone());
         solve(&mut k1);
         let x1 = (axpy(&self.y, 0.5 * h, &k1.0), axpy(&self.z, 0.5 * h, &k1.1));
         let f1 = self.rhs.derivatives_or_nan(t + 0.5 * h, &x1);
@@ -1194,7 +1190,7 @@ impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> Method for HostRosenbrock23
             (0..f2.len()).map(|k| f2[k] - E32 * (k2[k] - f1[k]) - 2.0 * (k1[k] - f0[k])).collect()
         };
         let mut k3 =
-            (axpy(&third(&f2.0, &k2.0, &f1.0, &k1.0, &f0.0), hd, &ft), third(&f2.1, &k2.1, &f1.1, &k1.1, &f0.1));
+            (axpy(&third(&f2.0, &k2.0, &f1.0, &k1.0, &f0.0), hd, ft), third(&f2.1, &k2.1, &f1.1, &k1.1, &f0.1));
         solve(&mut k3);
         let options = self.rhs.options;
         // As Rosenbrock23::attempt: the states' error, scaled by the larger of |y| and |y_new|.
@@ -1235,8 +1231,8 @@ impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> Method for HostRosenbrock23
 /// Per particle, the inverse of `diag I - scale J` (`J` `[n, S, S]`), `[n, S, S]`, from its
 /// [`lu_factor`]; NaN where it is singular (that particle's stages are NaN and its step fails).
 /// An explicit inverse because every attempt solves with it `3 (1 + Q)` times (each stage's
-/// state and sensitivity columns): a small matrix product each, where the factor's solves were
-/// a fifth of a stiff fit's time.
+/// state and sensitivity columns): a small matrix product each (docs/posteriordb.md, "The stage
+/// solves by explicit inverses").
 fn invert_stage_matrices(jac: &[f64], n: usize, s: usize, diag: f64, scale: f64) -> Vec<f64> {
     let mut inverses = vec![f64::NAN; n * s * s];
     let (mut unit, mut column) = (vec![0.0; s], vec![0.0; s]);
@@ -1276,56 +1272,6 @@ fn solve_stage(inverses: &[f64], b: &mut HostPoint, s: usize, q: usize) {
                 z[k * q + c] = (0..s).map(|m| inverse[k * s + m] * rhs[m * q + c]).sum();
             }
         }
-    }
-}
-
-/// `a` (`S x S`, row-major) factored in place as `P A = L U` (unit lower `L` below the diagonal,
-/// `U` on and above it) by Gaussian elimination with partial pivoting; the permutation (row `k`
-/// of `P A` is row `pivots[k]` of `A`), or `None` where a pivot is zero or not finite.
-fn lu_factor(a: &mut [f64], s: usize) -> Option<Vec<usize>> {
-    let mut pivots: Vec<usize> = (0..s).collect();
-    for k in 0..s {
-        let p = (k..s).max_by(|&i, &j| a[i * s + k].abs().total_cmp(&a[j * s + k].abs()))?;
-        let pivot = a[p * s + k];
-        if pivot == 0.0 || !pivot.is_finite() {
-            return None;
-        }
-        if p != k {
-            for c in 0..s {
-                a.swap(k * s + c, p * s + c);
-            }
-            pivots.swap(k, p);
-        }
-        for i in k + 1..s {
-            let l = a[i * s + k] / pivot;
-            a[i * s + k] = l;
-            for c in k + 1..s {
-                a[i * s + c] -= l * a[k * s + c];
-            }
-        }
-    }
-    Some(pivots)
-}
-
-/// `x = A^-1 b` from [`lu_factor`]'s factor and permutation (`b` is left as it was).
-fn lu_solve(lu: &[f64], pivots: &[usize], b: &[f64], x: &mut [f64]) {
-    let s = pivots.len();
-    for (k, &p) in pivots.iter().enumerate() {
-        x[k] = b[p];
-    }
-    for i in 0..s {
-        let mut v = x[i];
-        for c in 0..i {
-            v -= lu[i * s + c] * x[c];
-        }
-        x[i] = v;
-    }
-    for i in (0..s).rev() {
-        let mut v = x[i];
-        for c in i + 1..s {
-            v -= lu[i * s + c] * x[c];
-        }
-        x[i] = v / lu[i * s + i];
     }
 }
 

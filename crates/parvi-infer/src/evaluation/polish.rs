@@ -86,10 +86,9 @@ pub const CHEES_AFTER: usize = 1000;
 pub const PROJECT_FROM: usize = 50;
 /// Projected MALA steps beyond which [`PolishKernel::Auto`] hands the chains to ChEES-HMC at
 /// once rather than at [`CHEES_AFTER`]: twice that, since ChEES spends 2 to 3 times MALA's
-/// gradients where MALA mixes within it (garch: 3,266 against 950). On the suite at seed 1 every
-/// look up to the stop projected at most 966 steps where MALA met the rule (garch's), and 2,255 to
-/// 4,865 on eight_schools, which MALA had not met at 1,000 (docs/posteriordb.md, "MALA to ChEES
-/// on R-hat's projection").
+/// gradients where MALA mixes within it; on the suite it separates the posteriors MALA mixes
+/// from eight_schools with room on both sides (docs/posteriordb.md, "MALA to ChEES on R-hat's
+/// projection").
 pub const CHEES_PROJECTED: usize = 2 * CHEES_AFTER;
 /// Gradients per chain of autoMALA's or ChEES's kept steps after which [`PolishKernel::Auto`]
 /// offers chains whose R-hat is still above [`HOPELESS_RHAT`] to NUTS: under [`crate::fit`] its
