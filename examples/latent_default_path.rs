@@ -1,19 +1,24 @@
 //! Issue 45's latent-variable acceptance: the default path (`fit` with every default) on the
 //! two-parameter item-response model and the non-centred stochastic-volatility model of
-//! `parvi_models::stan_users` (simulated data), and its stiff pharmacokinetic model (item 5), against NUTS through the same density (4 chains
+//! `parvi_models::stan_users` (simulated data), against NUTS through the same density (4 chains
 //! x (1,000 + 3,000)) as the reference: the largest error of a reported quantity's mean in NUTS
-//! sds, the largest |sd ratio - 1|, and the wall seconds of each.
+//! sds, the largest |sd ratio - 1|, and the wall seconds of each. And item 5's stiff
+//! pharmacokinetic model: its default path's means, sds and seconds (`pk`; the reference is
+//! Stan's run on the data `pk-data` writes, `scripts/stan_time.py`), and the cost of one score
+//! at 1, 4 and 100 rows (`pk-speed`).
 //!
 //! ```sh
 //! cargo build --release --workspace --features wgpu,mpi --example latent_default_path
-//! target/release/examples/latent_default_path [irt|sv|pk]
+//! target/release/examples/latent_default_path [irt|sv|pk|pk-speed]
 //! target/release/examples/latent_default_path pk-data > pk.json   # the PK data, for Stan
 //! ```
 
 use std::time::Instant;
 
 use parvi_infer::engines::{MetricEstimate, NutsConfig, nuts};
-use parvi_infer::{AdapterConfig, EngineRng, EngineSpec, FitConfig, KernelConfig, MethodConfig, fit_reported};
+use parvi_infer::{
+    AdapterConfig, EngineRng, EngineSpec, FitConfig, FitResult, KernelConfig, MethodConfig, fit_reported,
+};
 use parvi_model::BackendKind;
 use parvi_model::burn::tensor::{Device, Tensor};
 use parvi_model::program::{Compiled, Program};
@@ -57,12 +62,7 @@ fn compare<P: Program>(label: &str, model: &Compiled<P>, device: &Device) {
     let positions = matrix_from_vec(run.draws.iter().map(|&v| v as f32).collect(), rows, run.dim, device);
     let (ref_mean, ref_sd) = moments(&to_vec_f64(&reported(positions)), width);
 
-    let started = Instant::now();
-    let spec =
-        EngineSpec::new(MethodConfig::default_for("svgd").unwrap(), KernelConfig::default(), AdapterConfig::default());
-    let config = FitConfig { progress: false, ..FitConfig::default() };
-    let result = fit_reported(model, Some(&reported), &spec, &config, &mut [], device).expect("fit");
-    let fit_seconds = started.elapsed().as_secs_f64();
+    let (result, fit_seconds) = default_path(model, device);
     let (mean, sd) = moments(&to_vec_f64(&reported(result.draws.positions.clone())), width);
 
     let (mut worst_mean, mut worst_mean_at) = (0.0f64, 0);
@@ -77,7 +77,6 @@ fn compare<P: Program>(label: &str, model: &Compiled<P>, device: &Device) {
             (worst_sd, worst_sd_at) = (r, j);
         }
     }
-    let polish = result.diagnostics.polish.as_ref().map(|p| p.describe()).unwrap_or_default();
     println!(
         "{label}: {} quantities; default path {fit_seconds:.1} s, NUTS {nuts_seconds:.1} s; \
          max |mean error| {worst_mean:.3} NUTS sd ({}), max |sd ratio - 1| {worst_sd:.3} ({}); {}",
@@ -86,16 +85,33 @@ fn compare<P: Program>(label: &str, model: &Compiled<P>, device: &Device) {
         names[worst_sd_at],
         if worst_mean <= 0.1 && worst_sd <= 0.1 { "right" } else { "OFF" }
     );
+    print_diagnostics(&result);
+}
+
+/// `fit` with every default (SVGD, the polish step), and its wall seconds.
+fn default_path<P: Program>(model: &Compiled<P>, device: &Device) -> (FitResult, f64) {
+    let reported = |x: Tensor<2>| model.reported(x).expect("reported quantities");
+    let started = Instant::now();
+    let spec =
+        EngineSpec::new(MethodConfig::default_for("svgd").unwrap(), KernelConfig::default(), AdapterConfig::default());
+    let config = FitConfig { progress: false, ..FitConfig::default() };
+    let result = fit_reported(model, Some(&reported), &spec, &config, &mut [], device).expect("fit");
+    (result, started.elapsed().as_secs_f64())
+}
+
+/// The run's warnings and the seconds of its phases.
+fn print_diagnostics(result: &FitResult) {
     for w in &result.diagnostics.warnings {
         println!("  warning: {w}");
     }
+    let polish = result.diagnostics.polish.as_ref().map(|p| p.describe()).unwrap_or_default();
     println!(
         "  phases: mode search {:.1} s, particles {:.1} s ({} steps), polish {polish}",
         result.laplace_seconds, result.seconds, result.steps_run
     );
 }
 
-/// Every model, or the one named by the first argument (`irt`, `sv` or `pk`).
+/// Every model, or the one named by the first argument (`irt`, `sv`, `pk`; `pk-speed`, `pk-data`).
 fn main() {
     let only = std::env::args().nth(1);
     let run = |name: &str| only.as_deref().is_none_or(|o| o == name);
@@ -121,14 +137,7 @@ fn main() {
         // scripts/stan/one_cpt_mm.stan.
         let (pk, _) = OneCompartmentMm::simulate(19, &device).expect("simulate");
         let d = pk.data();
-        let list = |v: &[f64]| v.iter().map(|x| format!("{x:?}")).collect::<Vec<_>>().join(", ");
-        println!(
-            "{{\"N\": {}, \"ts\": [{}], \"dose\": {:?}, \"conc\": [{}]}}",
-            d.ts.len(),
-            list(&d.ts),
-            d.dose,
-            list(&d.conc)
-        );
+        println!("{}", serde_json::json!({ "N": d.ts.len(), "ts": d.ts, "dose": d.dose, "conc": d.conc }));
         return;
     }
     if run("irt") {
@@ -145,29 +154,14 @@ fn main() {
         // reference is Stan's own run, `scripts/stan_time.py` on `pk-data`.
         let (pk, _) = OneCompartmentMm::simulate(19, &device).expect("simulate");
         let model = Compiled::new(pk, &device).expect("compile");
-        let reported = |x: Tensor<2>| model.reported(x).expect("reported quantities");
-        let started = Instant::now();
-        let spec = EngineSpec::new(
-            MethodConfig::default_for("svgd").unwrap(),
-            KernelConfig::default(),
-            AdapterConfig::default(),
-        );
-        let config = FitConfig { progress: false, ..FitConfig::default() };
-        let result = fit_reported(&model, Some(&reported), &spec, &config, &mut [], &device).expect("fit");
-        let seconds = started.elapsed().as_secs_f64();
+        let (result, seconds) = default_path(&model, &device);
         let names = model.names().to_vec();
-        let (mean, sd) = moments(&to_vec_f64(&reported(result.draws.positions.clone())), names.len());
+        let reported = model.reported(result.draws.positions.clone()).expect("reported quantities");
+        let (mean, sd) = moments(&to_vec_f64(&reported), names.len());
         println!("pharmacokinetic, Michaelis-Menten (ode_stiff, N = 20): default path {seconds:.1} s");
         for (j, name) in names.iter().enumerate() {
             println!("{name:>8} mean {:.5} sd {:.5}", mean[j], sd[j]);
         }
-        for w in &result.diagnostics.warnings {
-            println!("  warning: {w}");
-        }
-        let polish = result.diagnostics.polish.as_ref().map(|p| p.describe()).unwrap_or_default();
-        println!(
-            "  phases: mode search {:.1} s, particles {:.1} s ({} steps), polish {polish}",
-            result.laplace_seconds, result.seconds, result.steps_run
-        );
+        print_diagnostics(&result);
     }
 }
