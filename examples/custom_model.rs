@@ -39,7 +39,7 @@ impl LogDensity for NormalModel {
             .sum_dim(1)
             .reshape([n]);
         let prior = Normal::new(0.0, 10.0).unwrap().log_prob(mu) + Gamma::new(2.0, 1.0).unwrap().log_prob(tau);
-        lik.mul_scalar(scale) + prior + p.log_jacobian
+        lik.mul_scalar(scale) + prior + p.log_jacobian()
     }
 }
 

@@ -450,7 +450,7 @@ fn constraint_log_jacobians_match_finite_differences() {
         let (jac, err) = jacobian(&forward, &x, 1e-2);
         // The library's log-Jacobian, for the point itself.
         let unpacked = layout.unpack(matrix_from_vec(x.iter().map(|&v| v as f32).collect(), 1, 9, &device));
-        let got = to_vec_f32(&unpacked.log_jacobian)[0] as f64;
+        let got = to_vec_f32(&unpacked.log_jacobian())[0] as f64;
         // Block-diagonal (each block depends on its own coordinates only) and, within the
         // ordered block, lower-triangular: every other entry is zero.
         let blocks = [0..2, 2..4, 4..5, 5..9];

@@ -42,7 +42,7 @@ impl LogDensity for LogGamma {
     fn log_prob(&self, x: Tensor<2>, _: Option<&Minibatch>) -> Tensor<1> {
         let p = self.layout.unpack(x);
         let tau: Tensor<1> = p.get("tau").unwrap();
-        Gamma::new(self.a, self.b).unwrap().log_prob(tau) + p.log_jacobian
+        Gamma::new(self.a, self.b).unwrap().log_prob(tau) + p.log_jacobian()
     }
 }
 

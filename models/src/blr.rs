@@ -128,13 +128,13 @@ impl LogDensity for LogisticRegression {
         let (x, scale) = Minibatch::select(batch, self.x.clone());
         let (y, _) = Minibatch::select(batch, self.y.clone());
         let lik = Bernoulli::from_logits(self.logits(particles.clone(), x)).log_prob(y).sum_dim(0).reshape([n]);
-        lik.mul_scalar(scale) + self.prior_terms(particles, alpha, p.log_jacobian)
+        lik.mul_scalar(scale) + self.prior_terms(particles, alpha, p.log_jacobian())
     }
 
     fn log_prior(&self, particles: Tensor<2>) -> Option<Tensor<1>> {
         let p = self.layout.unpack(particles.clone());
         let alpha: Tensor<1> = p.get("alpha").expect("layout block");
-        Some(self.prior_terms(particles, alpha, p.log_jacobian))
+        Some(self.prior_terms(particles, alpha, p.log_jacobian()))
     }
 }
 

@@ -697,6 +697,6 @@ impl Bnn {
                 Normal::new(0.0, 1.0 / l.sqrt()).expect("checked in new").log_prob_sum(weights, 1).reshape([n])
             }
         };
-        lik.mul_scalar(scale) + noise_prior + prior + p.log_jacobian
+        lik.mul_scalar(scale) + noise_prior + prior + p.log_jacobian()
     }
 }

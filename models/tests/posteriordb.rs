@@ -815,7 +815,7 @@ fn ordered_blocks_increase_and_round_trip() {
     let layout = ParamLayout::new().ordered("mu", 3).unwrap().positive("s", &[]).unwrap();
     let x = vec![vec![-1.0, 0.5, -2.0, 0.3], vec![2.0, -1.0, 1.0, 0.0]];
     let unpacked = layout.unpack(matrix(&x, &device));
-    let jac = to_vec_f32(&unpacked.log_jacobian);
+    let jac = to_vec_f32(&unpacked.log_jacobian());
     let mu = host_rows(&unpacked.flat("mu").unwrap());
     for (i, row) in x.iter().enumerate() {
         let expect = [row[0], row[0] + row[1].exp(), row[0] + row[1].exp() + row[2].exp()];

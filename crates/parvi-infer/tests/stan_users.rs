@@ -121,7 +121,7 @@ fn target_at<P: Program>(model: &Compiled<P>, device: &Device) -> [(f64, HashMap
     [0.0, 1.3].map(|phase| {
         let x: Vec<f32> = (0..dim).map(|i| (0.6 * (0.7 * i as f64 + phase).sin()) as f32).collect();
         let x: Tensor<2> = matrix_from_vec(x, 1, dim, device);
-        let jacobian = to_vec_f64(&model.layout().unpack(x.clone()).log_jacobian)[0];
+        let jacobian = to_vec_f64(&model.layout().unpack(x.clone()).log_jacobian())[0];
         let lp = to_vec_f64(&model.log_prob(x.clone(), None))[0] - jacobian;
         let values = to_vec_f64(&model.reported(x).unwrap());
         (lp, model.names().iter().cloned().zip(values).collect())

@@ -110,6 +110,12 @@ fn const_row(values: Vec<f64>, like: &Tensor<2>) -> Tensor<2> {
 }
 
 /// `[n, k] -> [n]`: the sum over each particle's values.
+/// A block's values with its summed log-Jacobian `[n]` as one column `[n, 1]`.
+fn column((values, log_jac): (Tensor<2>, Option<Tensor<1>>)) -> (Tensor<2>, Option<Tensor<2>>) {
+    let n = values.dims()[0];
+    (values, log_jac.map(|lj| lj.reshape([n, 1])))
+}
+
 fn row_sum(x: Tensor<2>) -> Tensor<1> {
     let n = x.dims()[0];
     x.sum_dim(1).reshape([n])
@@ -195,7 +201,10 @@ impl Constraint {
     /// Constrained values `[n, size]` of the block whose free values are columns
     /// `offset..offset + free_size` of `particles`, and its log-Jacobian `log |dy/dx|` summed per
     /// particle `[n]` (`None` where it is zero).
-    fn forward(self, particles: &Tensor<2>, offset: usize, shape: &[usize]) -> (Tensor<2>, Option<Tensor<1>>) {
+    /// The block's constrained values `[n, size]` and its log-Jacobian's terms `[n, k]` (their
+    /// row sums are the block's log-Jacobian), left unsummed so that the density sums every
+    /// block's with its own terms at once.
+    fn forward(self, particles: &Tensor<2>, offset: usize, shape: &[usize]) -> (Tensor<2>, Option<Tensor<2>>) {
         let n = particles.dims()[0];
         let free = self.free_size(shape);
         if free == 0 {
@@ -206,7 +215,7 @@ impl Constraint {
         let x = particles.clone().narrow(1, offset, free);
         match self {
             Constraint::Real => (x, None),
-            Constraint::Positive => (x.clone().exp(), Some(row_sum(x))),
+            Constraint::Positive => (x.clone().exp(), Some(x)),
             Constraint::Interval { lower, upper } => {
                 let width = upper - lower;
                 let y = activation::sigmoid(x.clone()).mul_scalar(width).add_scalar(lower);
@@ -214,16 +223,16 @@ impl Constraint {
                 let log_jac = (activation::softplus(x.clone().neg(), 1.0) + activation::softplus(x, 1.0))
                     .neg()
                     .add_scalar(width.ln());
-                (y, Some(row_sum(log_jac)))
+                (y, Some(log_jac))
             }
             // Stan's lb_constrain / ub_constrain: y = exp(x) + L, y = U - exp(x); |dy/dx| = exp(x).
-            Constraint::Lower { lower } => (x.clone().exp().add_scalar(lower), Some(row_sum(x))),
-            Constraint::Upper { upper } => (x.clone().exp().neg().add_scalar(upper), Some(row_sum(x))),
+            Constraint::Lower { lower } => (x.clone().exp().add_scalar(lower), Some(x)),
+            Constraint::Upper { upper } => (x.clone().exp().neg().add_scalar(upper), Some(x)),
             // Stan's offset_multiplier_constrain: y = o + m x adds log m per element.
             Constraint::OffsetMultiplier { offset, multiplier } => {
                 let y = x.mul_scalar(multiplier).add_scalar(offset);
                 let log_jac = (free as f64) * multiplier.ln();
-                let log_jac = (log_jac != 0.0).then(|| Tensor::full([n], log_jac, (&y.device(), y.dtype())));
+                let log_jac = (log_jac != 0.0).then(|| Tensor::full([n, 1], log_jac, (&y.device(), y.dtype())));
                 (y, log_jac)
             }
             Constraint::Ordered => {
@@ -232,13 +241,13 @@ impl Constraint {
                 }
                 let increments = x.clone().narrow(1, 1, free - 1);
                 let steps = Tensor::cat(vec![x.narrow(1, 0, 1), increments.clone().exp()], 1);
-                (steps.cumsum(1), Some(row_sum(increments)))
+                (steps.cumsum(1), Some(increments))
             }
             // Stan's positive_ordered_constrain: y = cumsum(exp(x)), log-Jacobian sum(x).
-            Constraint::PositiveOrdered => (x.clone().exp().cumsum(1), Some(row_sum(x))),
-            Constraint::Simplex => Self::simplex(x),
-            Constraint::CholeskyFactorCorr => Self::cholesky_corr(x, shape[0]),
-            Constraint::CholeskyFactorCov => Self::cholesky_cov(x, shape[0], shape[1]),
+            Constraint::PositiveOrdered => (x.clone().exp().cumsum(1), Some(x)),
+            Constraint::Simplex => column(Self::simplex(x)),
+            Constraint::CholeskyFactorCorr => column(Self::cholesky_corr(x, shape[0])),
+            Constraint::CholeskyFactorCov => column(Self::cholesky_cov(x, shape[0], shape[1])),
         }
     }
 
@@ -636,19 +645,20 @@ impl ParamLayout {
     pub fn unpack(&self, particles: Tensor<2>) -> Unpacked<'_> {
         let [n, _] = particles.dims();
         let mut values = Vec::with_capacity(self.blocks.len());
-        let mut log_jacobian: Option<Tensor<1>> = None;
+        let mut log_jacobian = Vec::new();
         for block in &self.blocks {
             let (value, log_jac) = block.constraint.forward(&particles, block.offset, &block.shape);
-            if let Some(lj) = log_jac {
-                log_jacobian = Some(match log_jacobian {
-                    Some(acc) => acc + lj,
-                    None => lj,
-                });
-            }
+            log_jacobian.extend(log_jac);
             values.push(value);
         }
-        let log_jacobian = log_jacobian.unwrap_or_else(|| Tensor::zeros([n], (&particles.device(), particles.dtype())));
-        Unpacked { layout: self, values, log_jacobian }
+        Unpacked {
+            layout: self,
+            values,
+            log_jacobian,
+            particles: n,
+            device: particles.device(),
+            dtype: particles.dtype(),
+        }
     }
 
     /// The particle matrix `[n, dim]` mapped to constrained space `[n, constrained_dim]`, blocks
@@ -682,11 +692,29 @@ impl ParamLayout {
 pub struct Unpacked<'a> {
     layout: &'a ParamLayout,
     values: Vec<Tensor<2>>,
-    /// `[n]`: to be added to the log-joint.
-    pub log_jacobian: Tensor<1>,
+    /// The blocks' log-Jacobian terms, `[n, k]` each, unsummed.
+    log_jacobian: Vec<Tensor<2>>,
+    particles: usize,
+    device: burn::tensor::Device,
+    dtype: burn::tensor::DType,
 }
 
 impl Unpacked<'_> {
+    /// The summed log-Jacobian `[n]`, to be added to the log-joint.
+    pub fn log_jacobian(&self) -> Tensor<1> {
+        let n = self.particles;
+        match self.log_jacobian.len() {
+            0 => Tensor::zeros([n], (&self.device, self.dtype)),
+            _ => Tensor::cat(self.log_jacobian.clone(), 1).sum_dim(1).reshape([n]),
+        }
+    }
+
+    /// The log-Jacobian's terms, `[n, k]` each, whose row sums add up to [`Unpacked::log_jacobian`]
+    /// (a density adds them to its own terms before one sum).
+    pub fn log_jacobian_columns(&self) -> &[Tensor<2>] {
+        &self.log_jacobian
+    }
+
     /// Block `name`'s constrained values flattened row-major: `[n, size]`.
     pub fn flat(&self, name: &str) -> Result<Tensor<2>, ModelError> {
         let i = self.index(name)?;

@@ -68,8 +68,9 @@ pub fn cholesky_floored(a: Tensor<3>, floor: f64) -> Result<(Tensor<3>, Tensor<1
         return Err(invalid("cholesky", "floor", format!("must be positive and finite, got {floor}")));
     }
     let l: Tensor<3> = Tensor::from_dispatch(<Dispatch as LinalgOps>::cholesky(a.clone().into_dispatch(), floor));
-    // The pivots, A_jj - sum_{k<j} L_jk^2, recomputed off the graph: a diagnostic, O(m K^2).
-    let (a, lc) = (a.detach(), l.clone().detach());
+    // The pivots, A_jj - sum_{k<j} L_jk^2, recomputed off the autodiff backend (a diagnostic,
+    // O(m K^2)): a detached tensor's operations still cost a graph node each.
+    let (a, lc) = (a.without_autodiff(), l.clone().without_autodiff());
     let pivots = diagonal(a) - lc.tril(-1).square().sum_dim(2).reshape([m, k]);
     Ok((l, pivots.min_dim(1).reshape([m])))
 }

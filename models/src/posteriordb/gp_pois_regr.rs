@@ -138,8 +138,9 @@ impl GpPoisson {
     fn latent(&self, p: &Vars) -> Result<Tensor<2>, ModelError> {
         let (rho, alpha, f_tilde) = (p.get("rho")?, p.get("alpha")?, p.get("f_tilde")?);
         let [n, points] = f_tilde.dims();
-        let (jitter, pivot_floor) = self.jitter(self.wide(alpha.clone()));
-        let cov = exp_quad_cov(self.x.clone(), self.wide(alpha), self.wide(rho))? + jitter;
+        let alpha = self.wide(alpha);
+        let (jitter, pivot_floor) = self.jitter(alpha.clone());
+        let cov = exp_quad_cov(self.x.clone(), alpha, self.wide(rho))? + jitter;
         let (l_cov, _) = cholesky_floored(cov, pivot_floor)?;
         let f = l_cov.matmul(self.wide(f_tilde.clone()).reshape([n, points, 1])).reshape([n, points]);
         Ok(f.cast(f_tilde.dtype()))

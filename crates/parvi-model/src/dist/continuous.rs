@@ -66,8 +66,27 @@ impl<const D: usize> Normal<D> {
     }
 }
 
+/// Whether `1 / v` for a squared scale `v` is a safe `f32` multiplier (within `1e-30..1e30`):
+/// outside it the folded forms of [`Normal`] and [`StudentT`] would overflow where dividing by
+/// the scale first does not.
+fn folds(v: f64) -> bool {
+    (1e-30..=1e30).contains(&v)
+}
+
 impl<const D: usize> LogProb<D> for Normal<D> {
     fn log_prob(&self, x: Tensor<D>) -> Tensor<D> {
+        if let Param::Scalar(sigma) = self.scale
+            && folds(sigma * sigma)
+        {
+            // A fixed scale folds into one multiplier and one constant: three nodes (two with a
+            // zero location) where the general form records five or six.
+            return self
+                .loc
+                .sub_from(x)
+                .square()
+                .mul_scalar(-0.5 / (sigma * sigma))
+                .add_scalar(-(sigma.ln() + 0.5 * LN_2PI));
+        }
         let z = self.scale.divide(self.loc.sub_from(x));
         self.scale.sub_ln_from(z.square().mul_scalar(-0.5).sub_scalar(0.5 * LN_2PI))
     }
@@ -142,7 +161,11 @@ impl<const D: usize> LogProb<D> for Gamma<D> {
             |a, b| a * b.ln() - ln_gamma(a),
             |a, b| a.clone() * b.log() - ln_gamma_tensor(a),
         );
-        let body = self.shape.multiply(lx.clone()) - lx - self.rate.multiply(x);
+        let body = match (&self.shape, &self.rate) {
+            // Scalar parameters fold into one multiplier each: fewer graph nodes.
+            (Param::Scalar(a), Param::Scalar(b)) => lx.mul_scalar(a - 1.0) - x.mul_scalar(*b),
+            _ => self.shape.multiply(lx.clone()) - lx - self.rate.multiply(x),
+        };
         norm.add_to(body).mask_fill(outside, f32::NEG_INFINITY)
     }
 }
@@ -182,7 +205,11 @@ impl<const D: usize> LogProb<D> for InvGamma<D> {
             |a, b| a * b.ln() - ln_gamma(a),
             |a, b| a.clone() * b.log() - ln_gamma_tensor(a),
         );
-        let body = (self.alpha.multiply(lx.clone()) + lx).neg() - self.beta.multiply(x.recip());
+        let body = match (&self.alpha, &self.beta) {
+            // Scalar parameters fold into one multiplier each: fewer graph nodes.
+            (Param::Scalar(a), Param::Scalar(b)) => lx.mul_scalar(-(a + 1.0)) - x.recip().mul_scalar(*b),
+            _ => (self.alpha.multiply(lx.clone()) + lx).neg() - self.beta.multiply(x.recip()),
+        };
         norm.add_to(body).mask_fill(outside, f32::NEG_INFINITY)
     }
 }
@@ -506,6 +533,20 @@ impl<const D: usize> StudentT<D> {
 
 impl<const D: usize> LogProb<D> for StudentT<D> {
     fn log_prob(&self, x: Tensor<D>) -> Tensor<D> {
+        if let (Param::Scalar(df), Param::Scalar(scale), Param::Scalar(log_norm)) =
+            (&self.df, &self.scale, &self.log_norm)
+            && folds(df * scale * scale)
+        {
+            // Scalar parameters fold into two multipliers and one constant: fewer graph nodes.
+            return self
+                .loc
+                .sub_from(x)
+                .square()
+                .mul_scalar(1.0 / (df * scale * scale))
+                .log1p()
+                .mul_scalar(-0.5 * (df + 1.0))
+                .add_scalar(log_norm - scale.ln());
+        }
         let z = self.scale.divide(self.loc.sub_from(x));
         let log_kernel = self.df.divide(z.square()).log1p();
         let half_df_plus_one = self.df.map(|v| -0.5 * (v + 1.0), |t| t.add_scalar(1.0).mul_scalar(-0.5));
