@@ -75,6 +75,31 @@ pub fn log_precision_terms(
     ))
 }
 
+/// Stan's `normal_lpdf(x | loc, scale)` term by term, `-((x - loc) / scale)^2 / 2 - ln scale -
+/// ln(2 pi) / 2`, over the broadcast shape of the three (each dimension equal or 1): one autodiff
+/// node where the elementwise form records seven (a likelihood `y ~ normal(mu, sigma)` with
+/// `sigma` a parameter or data: most regressions' whole likelihood). Its backward gives each
+/// input `-z / scale`, `z / scale` and `(z^2 - 1) / scale` times the output's gradient, summed over
+/// the dimensions it was broadcast along.
+///
+/// # Panics
+/// If the shapes do not broadcast.
+pub fn normal_log_density<const D: usize>(x: Tensor<D>, loc: Tensor<D>, scale: Tensor<D>) -> Tensor<D> {
+    let (a, b, c) = (x.dims(), loc.dims(), scale.dims());
+    for axis in 0..D {
+        let m = a[axis].max(b[axis]).max(c[axis]);
+        assert!(
+            [a[axis], b[axis], c[axis]].iter().all(|&k| k == m || k == 1),
+            "normal_lpdf: shapes {a:?}, {b:?} and {c:?} do not broadcast"
+        );
+    }
+    Tensor::from_dispatch(<Dispatch as FusedDensityOps>::normal_log_density(
+        x.into_dispatch(),
+        loc.into_dispatch(),
+        scale.into_dispatch(),
+    ))
+}
+
 /// The columns and coefficients of [`log_precision_terms`].
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct PrecisionTerms {
@@ -162,6 +187,67 @@ pub(crate) trait FusedSumOps: Backend {
         terms: PrecisionTerms,
     ) -> FloatTensor<Self> {
         generic::precision_terms_stats_grad::<Self>(x, grad, &terms)
+    }
+}
+
+/// Fused log-density terms, per backend: burn's primitive operations on every backend (they
+/// record no autodiff node), one node under autodiff.
+#[backend_extension(Autodiff, Flex, NdArray, Cube: cfg(feature = "wgpu"))]
+pub(crate) trait FusedDensityOps: Backend {
+    /// [`normal_log_density`]'s terms.
+    fn normal_log_density(x: FloatTensor<Self>, loc: FloatTensor<Self>, scale: FloatTensor<Self>) -> FloatTensor<Self> {
+        generic::normal_log_density::<Self>(x, loc, scale)
+    }
+}
+
+impl FusedDensityOps for Flex {}
+
+impl FusedDensityOps for burn::backend::NdArray {}
+
+#[cfg(feature = "wgpu")]
+impl FusedDensityOps for burn::backend::Cube {}
+
+impl<B: FusedDensityOps, C: CheckpointStrategy> FusedDensityOps for Autodiff<B, C> {
+    fn normal_log_density(x: FloatTensor<Self>, loc: FloatTensor<Self>, scale: FloatTensor<Self>) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct NormalBackward;
+
+        impl<B: FusedDensityOps> Backward<B, 3> for NormalBackward {
+            type State = (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>);
+
+            fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
+                let [x_node, loc_node, scale_node] = ops.parents;
+                let grad = grads.consume::<B>(&ops.node);
+                let (x, loc, scale) = ops.state;
+                let (x_shape, loc_shape, scale_shape) = (x.shape(), loc.shape(), scale.shape());
+                // z / scale times the output's gradient: d/dloc, and -d/dx.
+                let z = B::float_div(B::float_sub(x, loc), scale.clone());
+                let z_over_scale = B::float_mul(B::float_div(z.clone(), scale.clone()), grad.clone());
+                if let Some(node) = x_node {
+                    let dx = B::float_neg(z_over_scale.clone());
+                    grads.register::<B>(node.id, generic::sum_to_shape::<B>(dx, &x_shape));
+                }
+                if let Some(node) = loc_node {
+                    grads.register::<B>(node.id, generic::sum_to_shape::<B>(z_over_scale, &loc_shape));
+                }
+                if let Some(node) = scale_node {
+                    let z2_minus_1 = B::float_sub_scalar(B::float_mul(z.clone(), z), 1f32.into());
+                    let dscale = B::float_mul(B::float_div(z2_minus_1, scale), grad);
+                    grads.register::<B>(node.id, generic::sum_to_shape::<B>(dscale, &scale_shape));
+                }
+            }
+        }
+
+        let (x, x_node) = x.into_parts();
+        let (loc, loc_node) = loc.into_parts();
+        let (scale, scale_node) = scale.into_parts();
+        match NormalBackward.prepare::<C>([x_node, loc_node, scale_node]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => {
+                let out = B::normal_log_density(x.clone(), loc.clone(), scale.clone());
+                prep.finish((x, loc, scale), out)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(B::normal_log_density(x, loc, scale)),
+        }
     }
 }
 
@@ -400,6 +486,31 @@ pub(crate) fn f32_tensor<const D: usize>(values: Vec<f32>, shape: [usize; D]) ->
 /// The sums from burn's primitive operations: every backend without native bodies runs these.
 pub(crate) mod generic {
     use super::*;
+
+    /// `-((x - loc) / scale)^2 / 2 - ln scale - ln(2 pi) / 2`, broadcast.
+    pub fn normal_log_density<B: Backend>(
+        x: FloatTensor<B>,
+        loc: FloatTensor<B>,
+        scale: FloatTensor<B>,
+    ) -> FloatTensor<B> {
+        let z = B::float_div(B::float_sub(x, loc), scale.clone());
+        let half_z2 = B::float_mul_scalar(B::float_mul(z.clone(), z), (-0.5f32).into());
+        let half_ln_2pi = 0.5 * (2.0 * std::f64::consts::PI).ln();
+        B::float_sub_scalar(B::float_sub(half_z2, B::float_log(scale)), half_ln_2pi.into())
+    }
+
+    /// `g` summed over every dimension along which `shape` was broadcast to `g`'s (a gradient
+    /// back to a broadcast input).
+    pub fn sum_to_shape<B: Backend>(g: FloatTensor<B>, shape: &Shape) -> FloatTensor<B> {
+        let out = g.shape();
+        let mut g = g;
+        for axis in 0..out.num_dims() {
+            if shape[axis] == 1 && out[axis] != 1 {
+                g = B::float_sum_dim(g, axis);
+            }
+        }
+        g
+    }
 
     pub fn sum_squares<B: Backend>(x: FloatTensor<B>, start: usize, len: usize) -> FloatTensor<B> {
         let [n, _] = x.shape().dims::<2>();

@@ -1,9 +1,9 @@
-//! The fused sums of squares and log-precision terms equal the same expressions built from
-//! ordinary tensor operations, values and gradients, on flex, ndarray and wgpu, and their
-//! gradients agree with central finite differences in `f64` on the CPU backends.
+//! The fused sums of squares, log-precision terms and normal log-densities equal the same
+//! expressions built from ordinary tensor operations, values and gradients, on flex, ndarray and
+//! wgpu, and their gradients agree with central finite differences in `f64` on the CPU backends.
 
 use parvi_model::burn::tensor::{DType, Device, Tensor, TensorData};
-use parvi_model::fused::{log_precision_terms, sum_squared_residuals, sum_squares_of_columns};
+use parvi_model::fused::{log_precision_terms, normal_log_density, sum_squared_residuals, sum_squares_of_columns};
 use parvi_model::{BackendKind, value_and_grad, value_and_grad2};
 use rand::SeedableRng;
 use rand_distr::{Distribution, StandardNormal};
@@ -177,6 +177,106 @@ fn fused_precision_terms_equal_plain_ops_and_finite_differences() {
                 let fd = (to_vec_f64(&plus)[0] - to_vec_f64(&minus)[0]) / (2.0 * h);
                 assert!((fd - gj).abs() < 1e-6 * (1.0 + fd.abs()), "{backend} input {which} [{j}]: {gj} vs {fd}");
             }
+        }
+    }
+}
+
+/// The normal log-density's terms, `-((x - loc) / scale)^2 / 2 - ln scale - ln(2 pi) / 2`, from
+/// ordinary operations.
+fn plain_normal(x: Tensor<2>, loc: Tensor<2>, scale: Tensor<2>) -> Tensor<2> {
+    let z = (x - loc) / scale.clone();
+    z.square().mul_scalar(-0.5) - scale.log() - 0.5 * (2.0 * std::f64::consts::PI).ln()
+}
+
+/// The fused normal log-density, over shapes broadcast every way a model meets them (data `y`
+/// `[1, k]` against per-particle `mu` `[n, k]` and `sigma` `[n, 1]`; per-particle `x` against a
+/// shared location and per-column scales), equals the plain expression in value and in the
+/// gradients of all three inputs (each summed back over its broadcast dimensions), on every
+/// backend; an input on the plain device (data) is a constant. A gradient of the wrong sign or
+/// scale, or one not summed back to its input's shape, fails it.
+#[test]
+fn fused_normal_log_density_equals_plain_ops_on_every_backend() {
+    let shapes = [([1, 7], [5, 7], [5, 1]), ([5, 7], [1, 1], [1, 7]), ([5, 7], [5, 7], [5, 7])];
+    for (backend, device) in backends() {
+        let tol = if backend == BackendKind::Wgpu { 1e-4 } else { 1e-5 };
+        let ad = device.clone().autodiff();
+        for (k, (xs, ls, ss)) in shapes.into_iter().enumerate() {
+            let seed = 10 * k as u64;
+            let x = normal(xs, seed, DType::F32, &ad);
+            let loc = normal(ls, seed + 1, DType::F32, &ad);
+            let scale = normal(ss, seed + 2, DType::F32, &ad).mul_scalar(0.5).exp();
+            let w = normal([5, 7], seed + 3, DType::F32, &ad);
+            let total = |out: Tensor<2>| (out * w.clone()).sum_dim(1).reshape([5]);
+            // Gradients of x and loc, then of loc and scale.
+            let fused = value_and_grad2(x.clone(), loc.clone(), |x, l| total(normal_log_density(x, l, scale.clone())));
+            let plain = value_and_grad2(x.clone(), loc.clone(), |x, l| total(plain_normal(x, l, scale.clone())));
+            let (fused, plain) = (fused.unwrap(), plain.unwrap());
+            let fused_s = value_and_grad(scale.clone(), |s| total(normal_log_density(x.clone(), loc.clone(), s)));
+            let plain_s = value_and_grad(scale.clone(), |s| total(plain_normal(x.clone(), loc.clone(), s)));
+            let (fused_s, plain_s) = (fused_s.unwrap(), plain_s.unwrap());
+            for (what, a, b) in [
+                ("value", to_vec_f64(&fused.0), to_vec_f64(&plain.0)),
+                ("x gradient", to_vec_f64(&fused.1), to_vec_f64(&plain.1)),
+                ("loc gradient", to_vec_f64(&fused.2), to_vec_f64(&plain.2)),
+                ("scale gradient", to_vec_f64(&fused_s.1), to_vec_f64(&plain_s.1)),
+            ] {
+                let err = max_rel_err(&a, &b);
+                assert!(err < tol, "{backend} shapes {xs:?} {ls:?} {ss:?}: {what} differs by {err}");
+            }
+            assert_eq!(fused_s.1.dims(), ss, "{backend}: the scale's gradient has its shape");
+        }
+        // Data on the plain device beside parameters under autodiff: a constant.
+        let y = normal([1, 7], 90, DType::F32, &device);
+        let mu = normal([5, 7], 91, DType::F32, &ad);
+        let sigma = normal([5, 1], 92, DType::F32, &ad).exp();
+        let fused = value_and_grad2(mu.clone(), sigma.clone(), |m, s| {
+            normal_log_density(y.clone(), m, s).sum_dim(1).reshape([5])
+        });
+        let plain = value_and_grad2(mu, sigma, |m, s| plain_normal(y.clone(), m, s).sum_dim(1).reshape([5]));
+        let (fused, plain) = (fused.unwrap(), plain.unwrap());
+        for (what, a, b) in [
+            ("value", to_vec_f64(&fused.0), to_vec_f64(&plain.0)),
+            ("mu gradient", to_vec_f64(&fused.1), to_vec_f64(&plain.1)),
+            ("sigma gradient", to_vec_f64(&fused.2), to_vec_f64(&plain.2)),
+        ] {
+            let err = max_rel_err(&a, &b);
+            assert!(err < tol, "{backend} data beside parameters: {what} differs by {err}");
+        }
+    }
+}
+
+/// The fused normal log-density's gradients against central finite differences in `f64`.
+#[test]
+fn fused_normal_log_density_gradients_match_finite_differences() {
+    let h = 1e-6;
+    for backend in [BackendKind::Flex, BackendKind::Ndarray] {
+        let ad = backend.device().unwrap().autodiff();
+        let x = normal([1, 4], 1, DType::F64, &ad);
+        let loc = normal([3, 4], 2, DType::F64, &ad);
+        let scale = normal([3, 1], 3, DType::F64, &ad).exp();
+        let f = |l: Tensor<2>, s: Tensor<2>| normal_log_density(x.clone(), l, s).sum_dim(1).reshape([3]);
+        let (_, gl, gs) = value_and_grad2(loc.clone(), scale.clone(), f).unwrap();
+        let sum = |l: Tensor<2>, s: Tensor<2>| to_vec_f64(&f(l, s)).iter().sum::<f64>();
+        let (gl, gs) = (to_vec_f64(&gl), to_vec_f64(&gs));
+        let lv = to_vec_f64(&loc);
+        for (i, g) in gl.iter().enumerate() {
+            let bump = |d: f64| {
+                let mut v = lv.clone();
+                v[i] += d;
+                Tensor::from_data(TensorData::new(v, [3, 4]), (&ad, DType::F64))
+            };
+            let fd = (sum(bump(h), scale.clone()) - sum(bump(-h), scale.clone())) / (2.0 * h);
+            assert!((fd - g).abs() < 1e-6 * (1.0 + fd.abs()), "{backend} loc {i}: {g} vs {fd}");
+        }
+        let sv = to_vec_f64(&scale);
+        for (i, g) in gs.iter().enumerate() {
+            let bump = |d: f64| {
+                let mut v = sv.clone();
+                v[i] += d;
+                Tensor::from_data(TensorData::new(v, [3, 1]), (&ad, DType::F64))
+            };
+            let fd = (sum(loc.clone(), bump(h)) - sum(loc.clone(), bump(-h))) / (2.0 * h);
+            assert!((fd - g).abs() < 1e-6 * (1.0 + fd.abs()), "{backend} scale {i}: {g} vs {fd}");
         }
     }
 }

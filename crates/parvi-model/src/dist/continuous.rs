@@ -87,8 +87,9 @@ impl<const D: usize> LogProb<D> for Normal<D> {
                 .mul_scalar(-0.5 / (sigma * sigma))
                 .add_scalar(-(sigma.ln() + 0.5 * LN_2PI));
         }
-        let z = self.scale.divide(self.loc.sub_from(x));
-        self.scale.sub_ln_from(z.square().mul_scalar(-0.5).sub_scalar(0.5 * LN_2PI))
+        // A tensor scale (or one too extreme to fold): the fused term, one node.
+        let (loc, scale) = (self.loc.tensor_like(&x), self.scale.tensor_like(&x));
+        crate::fused::normal_log_density(x, loc, scale)
     }
 }
 
