@@ -421,7 +421,10 @@ fn stochastic_volatility_recovers_persistence_and_the_latent_path() {
         lp += data.y.iter().zip(&h).map(|(&y, &ht)| normal_lpdf(y, 0.0, (ht / 2.0).exp())).sum::<f64>();
         lp
     });
-    let post = sample(&model, 300, 300, 7, &device);
+    // Stan's 1,000 warm-up iterations: after 300, a chain was still finding the volatility's
+    // scale on some rounding paths (split R-hat 1.23 at this seed once the gradients changed in
+    // their last bit; 1.01-1.03 over seeds 7-10 with 1,000).
+    let post = sample(&model, 1000, 300, 7, &device);
     // phi = 0 would be volatility without memory.
     post.assert_recovers(&truth, "phi", Some(0.0));
     post.assert_recovers(&truth, "mu", None);

@@ -100,6 +100,78 @@ pub fn normal_log_density<const D: usize>(x: Tensor<D>, loc: Tensor<D>, scale: T
     ))
 }
 
+/// A univariate log density with scalar parameters, term by term: [`scalar_log_density`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum ScalarDensity {
+    /// `Normal(loc, scale)`: `-(x - loc)^2 / (2 scale^2) - ln scale - ln(2 pi) / 2`.
+    Normal {
+        /// Location.
+        loc: f64,
+        /// Scale, `> 0`.
+        scale: f64,
+    },
+    /// `Gamma(shape, rate)` at `x > 0`: `(shape - 1) ln x - rate x + log_norm`.
+    Gamma {
+        /// Shape.
+        shape: f64,
+        /// Rate.
+        rate: f64,
+        /// `shape ln rate - ln Gamma(shape)`.
+        log_norm: f64,
+    },
+    /// `InvGamma(shape, scale)` at `x > 0`: `-(shape + 1) ln x - scale / x + log_norm`.
+    InvGamma {
+        /// Shape.
+        shape: f64,
+        /// Scale.
+        scale: f64,
+        /// `shape ln scale - ln Gamma(shape)`.
+        log_norm: f64,
+    },
+    /// `StudentT(df, loc, scale)`: `log_norm - ln scale - (df + 1) / 2 ln(1 + ((x - loc) /
+    /// scale)^2 / df)`.
+    StudentT {
+        /// Degrees of freedom.
+        df: f64,
+        /// Location.
+        loc: f64,
+        /// Scale, `> 0`.
+        scale: f64,
+        /// The standard t's `ln Gamma((df + 1) / 2) - ln Gamma(df / 2) - ln(df pi) / 2`.
+        log_norm: f64,
+    },
+}
+
+/// `density`'s log density at every element of `x`, as one autodiff node (the elementwise form
+/// records three to seven: docs/posteriordb.md, "Fewer autodiff nodes a score"). The positive
+/// densities read `x` clamped to the smallest positive `f32`: the caller masks `x <= 0` to
+/// `-inf` (whose gradient the mask zeroes).
+pub fn scalar_log_density<const D: usize>(x: Tensor<D>, density: ScalarDensity) -> Tensor<D> {
+    Tensor::from_dispatch(<Dispatch as FusedDensityOps>::scalar_log_density(x.into_dispatch(), density))
+}
+
+/// Stan's `poisson_log_lpmf(k | f)` term by term, `k f - e^f - ln_factorial` (`ln_factorial =
+/// ln k!`, data), over the broadcast shape of the three, as one autodiff node (four
+/// elementwise).
+///
+/// # Panics
+/// If the shapes do not broadcast.
+pub fn poisson_log_terms<const D: usize>(k: Tensor<D>, log_rate: Tensor<D>, ln_factorial: Tensor<D>) -> Tensor<D> {
+    let (a, b, c) = (k.dims(), log_rate.dims(), ln_factorial.dims());
+    for axis in 0..D {
+        let m = a[axis].max(b[axis]).max(c[axis]);
+        assert!(
+            [a[axis], b[axis], c[axis]].iter().all(|&n| n == m || n == 1),
+            "poisson_log_lpmf: shapes {a:?}, {b:?} and {c:?} do not broadcast"
+        );
+    }
+    Tensor::from_dispatch(<Dispatch as FusedDensityOps>::poisson_log_terms(
+        k.into_dispatch(),
+        log_rate.into_dispatch(),
+        ln_factorial.into_dispatch(),
+    ))
+}
+
 /// The columns and coefficients of [`log_precision_terms`].
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct PrecisionTerms {
@@ -198,6 +270,26 @@ pub(crate) trait FusedDensityOps: Backend {
     fn normal_log_density(x: FloatTensor<Self>, loc: FloatTensor<Self>, scale: FloatTensor<Self>) -> FloatTensor<Self> {
         generic::normal_log_density::<Self>(x, loc, scale)
     }
+
+    /// [`scalar_log_density`]'s terms.
+    fn scalar_log_density(x: FloatTensor<Self>, density: ScalarDensity) -> FloatTensor<Self> {
+        generic::scalar_log_density::<Self>(x, &density)
+    }
+
+    /// Their derivative in `x`.
+    fn scalar_log_density_grad(x: FloatTensor<Self>, density: ScalarDensity) -> FloatTensor<Self> {
+        generic::scalar_log_density_grad::<Self>(x, &density)
+    }
+
+    /// [`poisson_log_terms`]'s terms.
+    fn poisson_log_terms(
+        k: FloatTensor<Self>,
+        log_rate: FloatTensor<Self>,
+        ln_factorial: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let rate = Self::float_exp(log_rate.clone());
+        Self::float_sub(Self::float_sub(Self::float_mul(k, log_rate), rate), ln_factorial)
+    }
 }
 
 impl FusedDensityOps for Flex {}
@@ -247,6 +339,76 @@ impl<B: FusedDensityOps, C: CheckpointStrategy> FusedDensityOps for Autodiff<B, 
                 prep.finish((x, loc, scale), out)
             }
             OpsKind::UnTracked(prep) => prep.finish(B::normal_log_density(x, loc, scale)),
+        }
+    }
+
+    fn scalar_log_density(x: FloatTensor<Self>, density: ScalarDensity) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct ScalarBackward;
+
+        impl<B: FusedDensityOps> Backward<B, 1> for ScalarBackward {
+            type State = (FloatTensor<B>, ScalarDensity);
+
+            fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
+                let [node] = ops.parents;
+                let grad = grads.consume::<B>(&ops.node);
+                let (x, density) = ops.state;
+                if let Some(node) = node {
+                    grads.register::<B>(node.id, B::float_mul(B::scalar_log_density_grad(x, density), grad));
+                }
+            }
+        }
+
+        let (x, node) = x.into_parts();
+        match ScalarBackward.prepare::<C>([node]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => {
+                let out = B::scalar_log_density(x.clone(), density.clone());
+                prep.finish((x, density), out)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(B::scalar_log_density(x, density)),
+        }
+    }
+
+    fn poisson_log_terms(
+        k: FloatTensor<Self>,
+        log_rate: FloatTensor<Self>,
+        ln_factorial: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct PoissonBackward;
+
+        impl<B: FusedDensityOps> Backward<B, 3> for PoissonBackward {
+            type State = (FloatTensor<B>, FloatTensor<B>, Shape);
+
+            fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
+                let [k_node, f_node, c_node] = ops.parents;
+                let grad = grads.consume::<B>(&ops.node);
+                let (k, f, c_shape) = ops.state;
+                let (k_shape, f_shape) = (k.shape(), f.shape());
+                if let Some(node) = k_node {
+                    let dk = B::float_mul(f.clone(), grad.clone());
+                    grads.register::<B>(node.id, generic::sum_to_shape::<B>(dk, &k_shape));
+                }
+                if let Some(node) = f_node {
+                    let df = B::float_mul(B::float_sub(k, B::float_exp(f)), grad.clone());
+                    grads.register::<B>(node.id, generic::sum_to_shape::<B>(df, &f_shape));
+                }
+                if let Some(node) = c_node {
+                    grads.register::<B>(node.id, generic::sum_to_shape::<B>(B::float_neg(grad), &c_shape));
+                }
+            }
+        }
+
+        let (k, k_node) = k.into_parts();
+        let (f, f_node) = log_rate.into_parts();
+        let (c, c_node) = ln_factorial.into_parts();
+        match PoissonBackward.prepare::<C>([k_node, f_node, c_node]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => {
+                let c_shape = c.shape();
+                let out = B::poisson_log_terms(k.clone(), f.clone(), c);
+                prep.finish((k, f, c_shape), out)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(B::poisson_log_terms(k, f, c)),
         }
     }
 }
@@ -497,6 +659,74 @@ pub(crate) mod generic {
         let half_z2 = B::float_mul_scalar(B::float_mul(z.clone(), z), (-0.5f32).into());
         let half_ln_2pi = 0.5 * (2.0 * std::f64::consts::PI).ln();
         B::float_sub_scalar(B::float_sub(half_z2, B::float_log(scale)), half_ln_2pi.into())
+    }
+
+    /// The smallest positive normal `f32`, where the positive densities clamp `x`.
+    const TINY: f64 = f32::MIN_POSITIVE as f64;
+
+    /// [`ScalarDensity`]'s terms at `x`.
+    pub fn scalar_log_density<B: Backend>(x: FloatTensor<B>, density: &ScalarDensity) -> FloatTensor<B> {
+        match *density {
+            ScalarDensity::Normal { loc, scale } => {
+                let r = B::float_sub_scalar(x, loc.into());
+                let c = -(scale.ln() + 0.5 * (2.0 * std::f64::consts::PI).ln());
+                B::float_add_scalar(
+                    B::float_mul_scalar(B::float_mul(r.clone(), r), (-0.5 / (scale * scale)).into()),
+                    c.into(),
+                )
+            }
+            ScalarDensity::Gamma { shape, rate, log_norm } => {
+                let x = B::float_clamp_min(x, TINY.into());
+                let linear = B::float_mul_scalar(B::float_log(x.clone()), (shape - 1.0).into());
+                B::float_add_scalar(B::float_sub(linear, B::float_mul_scalar(x, rate.into())), log_norm.into())
+            }
+            ScalarDensity::InvGamma { shape, scale, log_norm } => {
+                let x = B::float_clamp_min(x, TINY.into());
+                let linear = B::float_mul_scalar(B::float_log(x.clone()), (-(shape + 1.0)).into());
+                B::float_add_scalar(
+                    B::float_sub(linear, B::float_mul_scalar(B::float_recip(x), scale.into())),
+                    log_norm.into(),
+                )
+            }
+            ScalarDensity::StudentT { df, loc, scale, log_norm } => {
+                let r = B::float_sub_scalar(x, loc.into());
+                let q = B::float_mul_scalar(B::float_mul(r.clone(), r), (1.0 / (df * scale * scale)).into());
+                let kernel = B::float_mul_scalar(B::float_log1p(q), (-0.5 * (df + 1.0)).into());
+                B::float_add_scalar(kernel, (log_norm - scale.ln()).into())
+            }
+        }
+    }
+
+    /// `d` with an overflow (`1 / x^2` at the clamp) held at the largest finite `f32`: the caller
+    /// masks `x <= 0` to `-inf`, whose backward multiplies these entries by 0, which an infinite
+    /// derivative would turn into NaN.
+    fn finite<B: Backend>(d: FloatTensor<B>) -> FloatTensor<B> {
+        B::float_clamp(d, (-f64::from(f32::MAX)).into(), f64::from(f32::MAX).into())
+    }
+
+    /// The derivative in `x` of [`scalar_log_density`]'s terms.
+    pub fn scalar_log_density_grad<B: Backend>(x: FloatTensor<B>, density: &ScalarDensity) -> FloatTensor<B> {
+        match *density {
+            ScalarDensity::Normal { loc, scale } => {
+                B::float_mul_scalar(B::float_sub_scalar(x, loc.into()), (-1.0 / (scale * scale)).into())
+            }
+            ScalarDensity::Gamma { shape, rate, .. } => {
+                let inv = B::float_recip(B::float_clamp_min(x, TINY.into()));
+                finite::<B>(B::float_sub_scalar(B::float_mul_scalar(inv, (shape - 1.0).into()), rate.into()))
+            }
+            ScalarDensity::InvGamma { shape, scale, .. } => {
+                // (scale / x - (shape + 1)) / x
+                let inv = B::float_recip(B::float_clamp_min(x, TINY.into()));
+                let inner = B::float_sub_scalar(B::float_mul_scalar(inv.clone(), scale.into()), (shape + 1.0).into());
+                finite::<B>(B::float_mul(inner, inv))
+            }
+            ScalarDensity::StudentT { df, loc, scale, .. } => {
+                // -(df + 1) r / (df scale^2 + r^2)
+                let r = B::float_sub_scalar(x, loc.into());
+                let denom = B::float_add_scalar(B::float_mul(r.clone(), r.clone()), (df * scale * scale).into());
+                B::float_mul_scalar(B::float_div(r, denom), (-(df + 1.0)).into())
+            }
+        }
     }
 
     /// `g` summed over every dimension along which `shape` was broadcast to `g`'s (a gradient

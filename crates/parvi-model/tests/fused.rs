@@ -3,7 +3,10 @@
 //! wgpu, and their gradients agree with central finite differences in `f64` on the CPU backends.
 
 use parvi_model::burn::tensor::{DType, Device, Tensor, TensorData};
-use parvi_model::fused::{log_precision_terms, normal_log_density, sum_squared_residuals, sum_squares_of_columns};
+use parvi_model::fused::{
+    ScalarDensity, log_precision_terms, normal_log_density, poisson_log_terms, scalar_log_density,
+    sum_squared_residuals, sum_squares_of_columns,
+};
 use parvi_model::{BackendKind, value_and_grad, value_and_grad2};
 use rand::SeedableRng;
 use rand_distr::{Distribution, StandardNormal};
@@ -278,5 +281,72 @@ fn fused_normal_log_density_gradients_match_finite_differences() {
             let fd = (sum(loc.clone(), bump(h)) - sum(loc.clone(), bump(-h))) / (2.0 * h);
             assert!((fd - g).abs() < 1e-6 * (1.0 + fd.abs()), "{backend} scale {i}: {g} vs {fd}");
         }
+    }
+}
+
+/// Each scalar-parameter density, fused, equals its elementwise expression in value and
+/// gradient on every backend (positive draws for the positive densities); the Poisson terms
+/// too, with data counts beside a tracked log rate. A wrong derivative for any one fails it.
+#[test]
+fn fused_scalar_densities_and_poisson_terms_equal_plain_ops_on_every_backend() {
+    let ln_2pi = (2.0 * std::f64::consts::PI).ln();
+    for (backend, device) in backends() {
+        let tol = if backend == BackendKind::Wgpu { 1e-4 } else { 1e-5 };
+        let ad = device.clone().autodiff();
+        let x = normal([4, 6], 7, DType::F32, &ad);
+        let positive = x.clone().mul_scalar(0.7).exp();
+        let w = normal([4, 6], 8, DType::F32, &ad);
+        let total = |out: Tensor<2>| (out * w.clone()).sum_dim(1).reshape([4]);
+        type Plain = Box<dyn Fn(Tensor<2>) -> Tensor<2>>;
+        let cases: Vec<(ScalarDensity, bool, Plain)> = vec![
+            (
+                ScalarDensity::Normal { loc: 0.3, scale: 1.7 },
+                false,
+                Box::new(move |x| {
+                    ((x.sub_scalar(0.3)) / 1.7).square().mul_scalar(-0.5).sub_scalar(1.7f64.ln() + 0.5 * ln_2pi)
+                }),
+            ),
+            (
+                ScalarDensity::Gamma { shape: 2.5, rate: 1.5, log_norm: -0.4 },
+                true,
+                Box::new(|x| x.clone().log().mul_scalar(1.5) - x.mul_scalar(1.5) + (-0.4)),
+            ),
+            (
+                ScalarDensity::InvGamma { shape: 1.2, scale: 0.8, log_norm: 0.1 },
+                true,
+                Box::new(|x| x.clone().log().mul_scalar(-2.2) - x.recip().mul_scalar(0.8) + 0.1),
+            ),
+            (
+                ScalarDensity::StudentT { df: 3.0, loc: -0.5, scale: 2.0, log_norm: -1.1 },
+                false,
+                Box::new(|x| {
+                    (x.add_scalar(0.5).div_scalar(2.0).square().div_scalar(3.0)).log1p().mul_scalar(-2.0)
+                        + (-1.1 - 2f64.ln())
+                }),
+            ),
+        ];
+        for (density, pos, plain) in cases {
+            let at = if pos { positive.clone() } else { x.clone() };
+            let (vf, gf) = value_and_grad(at.clone(), |x| total(scalar_log_density(x, density.clone()))).unwrap();
+            let (vp, gp) = value_and_grad(at, |x| total(plain(x))).unwrap();
+            let (ev, eg) =
+                (max_rel_err(&to_vec_f64(&vf), &to_vec_f64(&vp)), max_rel_err(&to_vec_f64(&gf), &to_vec_f64(&gp)));
+            assert!(ev < tol && eg < tol, "{backend} {density:?}: value {ev}, gradient {eg}");
+        }
+        let k = normal([1, 6], 9, DType::F32, &device).abs().mul_scalar(3.0).round();
+        let ln_factorial = (k.clone() + 1.0).to_data().convert::<f64>().try_to_vec::<f64>().unwrap();
+        let ln_factorial: Vec<f64> =
+            ln_factorial.iter().map(|&v| (1..v as u64).map(|i| (i as f64).ln()).sum()).collect();
+        let ln_factorial = Tensor::<2>::from_data(
+            TensorData::new(ln_factorial, [1, 6]).convert_dtype(DType::F32),
+            (&device, DType::F32),
+        );
+        let f = normal([4, 6], 10, DType::F32, &ad);
+        let (vf, gf) =
+            value_and_grad(f.clone(), |f| total(poisson_log_terms(k.clone(), f, ln_factorial.clone()))).unwrap();
+        let (vp, gp) = value_and_grad(f, |f| total(k.clone() * f.clone() - f.exp() - ln_factorial.clone())).unwrap();
+        let (ev, eg) =
+            (max_rel_err(&to_vec_f64(&vf), &to_vec_f64(&vp)), max_rel_err(&to_vec_f64(&gf), &to_vec_f64(&gp)));
+        assert!(ev < tol && eg < tol, "{backend} poisson_log: value {ev}, gradient {eg}");
     }
 }

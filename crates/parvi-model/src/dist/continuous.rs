@@ -14,6 +14,7 @@ use super::special::{
 };
 use super::{LN_2PI, LogProb, Param, Sample, bad, draw, lift, scalars};
 use crate::ModelError;
+use crate::fused::{ScalarDensity, scalar_log_density};
 
 /// `Normal(loc, scale)`.
 #[derive(Clone, Debug)]
@@ -75,17 +76,11 @@ fn folds(v: f64) -> bool {
 
 impl<const D: usize> LogProb<D> for Normal<D> {
     fn log_prob(&self, x: Tensor<D>) -> Tensor<D> {
-        if let Param::Scalar(sigma) = self.scale
-            && folds(sigma * sigma)
+        if let (Param::Scalar(loc), Param::Scalar(scale)) = (&self.loc, &self.scale)
+            && folds(scale * scale)
         {
-            // A fixed scale folds into one multiplier and one constant: three nodes (two with a
-            // zero location) where the general form records five or six.
-            return self
-                .loc
-                .sub_from(x)
-                .square()
-                .mul_scalar(-0.5 / (sigma * sigma))
-                .add_scalar(-(sigma.ln() + 0.5 * LN_2PI));
+            // Scalar parameters: one fused node with them as constants.
+            return scalar_log_density(x, ScalarDensity::Normal { loc: *loc, scale: *scale });
         }
         // A tensor scale (or one too extreme to fold): the fused term, one node.
         let (loc, scale) = (self.loc.tensor_like(&x), self.scale.tensor_like(&x));
@@ -155,6 +150,11 @@ impl<const D: usize> Gamma<D> {
 impl<const D: usize> LogProb<D> for Gamma<D> {
     fn log_prob(&self, x: Tensor<D>) -> Tensor<D> {
         let outside = x.clone().lower_equal_elem(0.0);
+        if let (Param::Scalar(a), Param::Scalar(b)) = (&self.shape, &self.rate) {
+            // Scalar parameters: one fused node, and the mask.
+            let density = ScalarDensity::Gamma { shape: *a, rate: *b, log_norm: a * b.ln() - ln_gamma(*a) };
+            return scalar_log_density(x, density).mask_fill(outside, f32::NEG_INFINITY);
+        }
         let lx = x.clone().clamp_min(f32::MIN_POSITIVE).log();
         // shape ln(rate) - ln Gamma(shape): one host scalar when both are scalars.
         let norm = self.shape.zip(
@@ -162,11 +162,7 @@ impl<const D: usize> LogProb<D> for Gamma<D> {
             |a, b| a * b.ln() - ln_gamma(a),
             |a, b| a.clone() * b.log() - ln_gamma_tensor(a),
         );
-        let body = match (&self.shape, &self.rate) {
-            // Scalar parameters fold into one multiplier each: fewer graph nodes.
-            (Param::Scalar(a), Param::Scalar(b)) => lx.mul_scalar(a - 1.0) - x.mul_scalar(*b),
-            _ => self.shape.multiply(lx.clone()) - lx - self.rate.multiply(x),
-        };
+        let body = self.shape.multiply(lx.clone()) - lx - self.rate.multiply(x);
         norm.add_to(body).mask_fill(outside, f32::NEG_INFINITY)
     }
 }
@@ -199,6 +195,11 @@ impl<const D: usize> InvGamma<D> {
 impl<const D: usize> LogProb<D> for InvGamma<D> {
     fn log_prob(&self, x: Tensor<D>) -> Tensor<D> {
         let outside = x.clone().lower_equal_elem(0.0);
+        if let (Param::Scalar(a), Param::Scalar(b)) = (&self.alpha, &self.beta) {
+            // Scalar parameters: one fused node, and the mask.
+            let density = ScalarDensity::InvGamma { shape: *a, scale: *b, log_norm: a * b.ln() - ln_gamma(*a) };
+            return scalar_log_density(x, density).mask_fill(outside, f32::NEG_INFINITY);
+        }
         let x = x.clamp_min(f32::MIN_POSITIVE);
         let lx = x.clone().log();
         let norm = self.alpha.zip(
@@ -206,11 +207,7 @@ impl<const D: usize> LogProb<D> for InvGamma<D> {
             |a, b| a * b.ln() - ln_gamma(a),
             |a, b| a.clone() * b.log() - ln_gamma_tensor(a),
         );
-        let body = match (&self.alpha, &self.beta) {
-            // Scalar parameters fold into one multiplier each: fewer graph nodes.
-            (Param::Scalar(a), Param::Scalar(b)) => lx.mul_scalar(-(a + 1.0)) - x.recip().mul_scalar(*b),
-            _ => (self.alpha.multiply(lx.clone()) + lx).neg() - self.beta.multiply(x.recip()),
-        };
+        let body = (self.alpha.multiply(lx.clone()) + lx).neg() - self.beta.multiply(x.recip());
         norm.add_to(body).mask_fill(outside, f32::NEG_INFINITY)
     }
 }
@@ -536,17 +533,12 @@ impl<const D: usize> LogProb<D> for StudentT<D> {
     fn log_prob(&self, x: Tensor<D>) -> Tensor<D> {
         if let (Param::Scalar(df), Param::Scalar(scale), Param::Scalar(log_norm)) =
             (&self.df, &self.scale, &self.log_norm)
+            && let Param::Scalar(loc) = &self.loc
             && folds(df * scale * scale)
         {
-            // Scalar parameters fold into two multipliers and one constant: fewer graph nodes.
-            return self
-                .loc
-                .sub_from(x)
-                .square()
-                .mul_scalar(1.0 / (df * scale * scale))
-                .log1p()
-                .mul_scalar(-0.5 * (df + 1.0))
-                .add_scalar(log_norm - scale.ln());
+            // Scalar parameters: one fused node with them as constants.
+            let density = ScalarDensity::StudentT { df: *df, loc: *loc, scale: *scale, log_norm: *log_norm };
+            return scalar_log_density(x, density);
         }
         let z = self.scale.divide(self.loc.sub_from(x));
         let log_kernel = self.df.divide(z.square()).log1p();

@@ -182,7 +182,7 @@ impl<const D: usize> LogProb<D> for Poisson<D> {
     /// from [`ln_gamma_tensor`].
     fn log_prob(&self, k: Tensor<D>) -> Tensor<D> {
         let ln_factorial = ln_gamma_tensor(k.clone().add_scalar(1.0));
-        k * self.log_rate.clone() - self.log_rate.clone().exp() - ln_factorial
+        crate::fused::poisson_log_terms(k, self.log_rate.clone(), ln_factorial)
     }
 }
 
