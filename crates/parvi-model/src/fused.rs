@@ -85,14 +85,7 @@ pub fn log_precision_terms(
 /// # Panics
 /// If the shapes do not broadcast.
 pub fn normal_log_density<const D: usize>(x: Tensor<D>, loc: Tensor<D>, scale: Tensor<D>) -> Tensor<D> {
-    let (a, b, c) = (x.dims(), loc.dims(), scale.dims());
-    for axis in 0..D {
-        let m = a[axis].max(b[axis]).max(c[axis]);
-        assert!(
-            [a[axis], b[axis], c[axis]].iter().all(|&k| k == m || k == 1),
-            "normal_lpdf: shapes {a:?}, {b:?} and {c:?} do not broadcast"
-        );
-    }
+    assert_broadcast("normal_lpdf", [x.dims(), loc.dims(), scale.dims()]);
     Tensor::from_dispatch(<Dispatch as FusedDensityOps>::normal_log_density(
         x.into_dispatch(),
         loc.into_dispatch(),
@@ -157,19 +150,26 @@ pub fn scalar_log_density<const D: usize>(x: Tensor<D>, density: ScalarDensity) 
 /// # Panics
 /// If the shapes do not broadcast.
 pub fn poisson_log_terms<const D: usize>(k: Tensor<D>, log_rate: Tensor<D>, ln_factorial: Tensor<D>) -> Tensor<D> {
-    let (a, b, c) = (k.dims(), log_rate.dims(), ln_factorial.dims());
-    for axis in 0..D {
-        let m = a[axis].max(b[axis]).max(c[axis]);
-        assert!(
-            [a[axis], b[axis], c[axis]].iter().all(|&n| n == m || n == 1),
-            "poisson_log_lpmf: shapes {a:?}, {b:?} and {c:?} do not broadcast"
-        );
-    }
+    assert_broadcast("poisson_log_lpmf", [k.dims(), log_rate.dims(), ln_factorial.dims()]);
     Tensor::from_dispatch(<Dispatch as FusedDensityOps>::poisson_log_terms(
         k.into_dispatch(),
         log_rate.into_dispatch(),
         ln_factorial.into_dispatch(),
     ))
+}
+
+/// Panics, naming `what`, unless the three shapes broadcast (each dimension equal or 1).
+fn assert_broadcast<const D: usize>(what: &str, shapes: [[usize; D]; 3]) {
+    for axis in 0..D {
+        let widest = shapes.iter().map(|s| s[axis]).max().unwrap_or(1);
+        assert!(
+            shapes.iter().all(|s| s[axis] == widest || s[axis] == 1),
+            "{what}: shapes {:?}, {:?} and {:?} do not broadcast",
+            shapes[0],
+            shapes[1],
+            shapes[2]
+        );
+    }
 }
 
 /// The columns and coefficients of [`log_precision_terms`].
