@@ -287,8 +287,7 @@ pub(crate) trait FusedDensityOps: Backend {
         log_rate: FloatTensor<Self>,
         ln_factorial: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
-        let rate = Self::float_exp(log_rate.clone());
-        Self::float_sub(Self::float_sub(Self::float_mul(k, log_rate), rate), ln_factorial)
+        generic::poisson_log_terms::<Self>(k, log_rate, ln_factorial)
     }
 }
 
@@ -659,6 +658,16 @@ pub(crate) mod generic {
         let half_z2 = B::float_mul_scalar(B::float_mul(z.clone(), z), (-0.5f32).into());
         let half_ln_2pi = 0.5 * (2.0 * std::f64::consts::PI).ln();
         B::float_sub_scalar(B::float_sub(half_z2, B::float_log(scale)), half_ln_2pi.into())
+    }
+
+    /// `k f - e^f - ln_factorial`, broadcast.
+    pub fn poisson_log_terms<B: Backend>(
+        k: FloatTensor<B>,
+        log_rate: FloatTensor<B>,
+        ln_factorial: FloatTensor<B>,
+    ) -> FloatTensor<B> {
+        let rate = B::float_exp(log_rate.clone());
+        B::float_sub(B::float_sub(B::float_mul(k, log_rate), rate), ln_factorial)
     }
 
     /// The smallest positive normal `f32`, where the positive densities clamp `x`.

@@ -371,9 +371,9 @@ fn poisson(rate: f64, rng: &mut dyn Rng) -> Result<f64, String> {
 ///
 /// The terms are kept as they come, `[n, k]` each, and summed once, in [`Target::value`]: one
 /// `cat` and one row sum for the whole program. Summing each term into a running total cost
-/// three autodiff nodes a `+=` (a row sum, a reshape, an add), and on a small model every node
-/// costs a few microseconds of graph bookkeeping whatever its size: a third of gp_pois_regr's
-/// nodes (docs/posteriordb.md, "Fewer autodiff nodes a score").
+/// three autodiff nodes a `+=` (a row sum, a reshape, an add), and on a small model each node's
+/// graph bookkeeping, not its arithmetic, is the cost (docs/posteriordb.md, "Fewer autodiff
+/// nodes a score").
 #[derive(Debug)]
 pub struct Target {
     particles: usize,

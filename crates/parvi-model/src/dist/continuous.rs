@@ -68,8 +68,8 @@ impl<const D: usize> Normal<D> {
 }
 
 /// Whether `1 / v` for a squared scale `v` is a safe `f32` multiplier (within `1e-30..1e30`):
-/// outside it the folded forms of [`Normal`] and [`StudentT`] would overflow where dividing by
-/// the scale first does not.
+/// outside it the fused scalar forms of [`Normal`] and [`StudentT`] (which multiply by it) would
+/// overflow where the general forms, dividing by the scale first, do not.
 fn folds(v: f64) -> bool {
     (1e-30..=1e30).contains(&v)
 }
@@ -82,7 +82,8 @@ impl<const D: usize> LogProb<D> for Normal<D> {
             // Scalar parameters: one fused node with them as constants.
             return scalar_log_density(x, ScalarDensity::Normal { loc: *loc, scale: *scale });
         }
-        // A tensor scale (or one too extreme to fold): the fused term, one node.
+        // A tensor location or scale (or a scale too extreme for the scalar form): the fused
+        // broadcast term, one node.
         let (loc, scale) = (self.loc.tensor_like(&x), self.scale.tensor_like(&x));
         crate::fused::normal_log_density(x, loc, scale)
     }
@@ -156,7 +157,7 @@ impl<const D: usize> LogProb<D> for Gamma<D> {
             return scalar_log_density(x, density).mask_fill(outside, f32::NEG_INFINITY);
         }
         let lx = x.clone().clamp_min(f32::MIN_POSITIVE).log();
-        // shape ln(rate) - ln Gamma(shape): one host scalar when both are scalars.
+        // shape ln(rate) - ln Gamma(shape) (at least one of them a tensor here).
         let norm = self.shape.zip(
             &self.rate,
             |a, b| a * b.ln() - ln_gamma(a),
