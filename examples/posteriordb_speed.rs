@@ -13,7 +13,7 @@
 //! are); where the reference lacks a parameter, `N(0, 0.5^2)` draws around the origin. The one
 //! position is the first of them. Each figure is the median of 15 timed calls after 3 warm-up
 //! calls. `PARVI_SPEED_CALLS=N` first runs N one-position scores in a row (for a profiler) and
-//! prints their mean.
+//! prints their mean. `PARVI_SPEED_ROWS=8,16,32` also times those batch sizes.
 
 use std::path::PathBuf;
 #[path = "common/timing.rs"]
@@ -101,6 +101,19 @@ fn main() -> Result<()> {
             Ok(())
         })?;
         println!("{name:<36} {dim:>5} {many:>16.2} {lockstep:>15.3} {single:>14.3} {:>16.1}", 100.0 * single / many);
+        // `PARVI_SPEED_ROWS=8,16,32`: the same score for other batch sizes (a batched chain
+        // sampler's call), at most 100 rows.
+        if let Ok(rows) = std::env::var("PARVI_SPEED_ROWS") {
+            for n in rows.split(',').filter_map(|r| r.trim().parse::<usize>().ok()).filter(|&n| (1..=100).contains(&n))
+            {
+                let block = matrix_from_vec(points[..n * dim].to_vec(), n, dim, &device);
+                let ms = median_ms(|| {
+                    score(&model, block.clone(), None)?;
+                    Ok(())
+                })?;
+                println!("{name:<36} {n:>4} rows {ms:>10.3} ms");
+            }
+        }
     }
     Ok(())
 }

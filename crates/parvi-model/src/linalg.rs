@@ -64,15 +64,36 @@ pub fn cholesky(a: Tensor<3>) -> Result<(Tensor<3>, Tensor<1>), ModelError> {
 /// If the matrices are not square or empty, or `floor` is not positive and finite.
 pub fn cholesky_floored(a: Tensor<3>, floor: f64) -> Result<(Tensor<3>, Tensor<1>), ModelError> {
     let (m, k) = square_dims("cholesky", "a", &a)?;
-    if !(floor.is_finite() && floor > 0.0) {
-        return Err(invalid("cholesky", "floor", format!("must be positive and finite, got {floor}")));
-    }
-    let l: Tensor<3> = Tensor::from_dispatch(<Dispatch as LinalgOps>::cholesky(a.clone().into_dispatch(), floor));
+    let l = cholesky_factor_floored(a.clone(), floor)?;
     // The pivots, A_jj - sum_{k<j} L_jk^2, recomputed off the autodiff backend (a diagnostic,
     // O(m K^2)): a detached tensor's operations still cost a graph node each.
     let (a, lc) = (a.without_autodiff(), l.clone().without_autodiff());
     let pivots = diagonal(a) - lc.tril(-1).square().sum_dim(2).reshape([m, k]);
     Ok((l, pivots.min_dim(1).reshape([m])))
+}
+
+/// [`cholesky`]'s factor alone (Stan's `cholesky_decompose` without its check): for a density
+/// whose matrices are positive definite by construction, without the pivots' ten-odd
+/// operations a call.
+///
+/// # Errors
+/// If the matrices are not square or empty.
+pub fn cholesky_factor(a: Tensor<3>) -> Result<Tensor<3>, ModelError> {
+    cholesky_factor_floored(a, DEFAULT_PIVOT_FLOOR)
+}
+
+/// [`cholesky_floored`]'s factor alone: for a density that needs no pivot (its jitter keeps
+/// the matrices positive definite, and the floor keeps the factor finite where rounding does
+/// not), without the pivots' ten-odd operations a call.
+///
+/// # Errors
+/// As [`cholesky_floored`].
+pub fn cholesky_factor_floored(a: Tensor<3>, floor: f64) -> Result<Tensor<3>, ModelError> {
+    square_dims("cholesky", "a", &a)?;
+    if !(floor.is_finite() && floor > 0.0) {
+        return Err(invalid("cholesky", "floor", format!("must be positive and finite, got {floor}")));
+    }
+    Ok(Tensor::from_dispatch(<Dispatch as LinalgOps>::cholesky(a.into_dispatch(), floor)))
 }
 
 /// [`cholesky`] that reads the pivots back to the host and refuses a matrix that is not

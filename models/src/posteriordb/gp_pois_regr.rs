@@ -4,7 +4,7 @@
 //! `rho ~ gamma(25, 4)`, `alpha ~ normal(0, 2)` on `rho, alpha > 0`.
 //!
 //! The covariance of all particles is one `[n, N, N]` tensor, factored by
-//! [`parvi_model::linalg::cholesky_floored`] (one autodiff node). That factor needs `f64`: at the
+//! [`parvi_model::linalg::cholesky_factor_floored`] (one autodiff node). That factor needs `f64`: at the
 //! posterior's length scales (`rho` about 4 to 7 against a grid spacing of 2) the covariance's
 //! smallest eigenvalue is below `1e-8 alpha^2`, so rounding its entries to `f32` (relative error
 //! `6e-8`) makes it indefinite, and with Stan's jitter of `1e-10` an `f32` factor is garbage. The
@@ -15,8 +15,8 @@
 //! [`super::PosteriorDbModel::deviation`]) reports.
 
 use burn::tensor::{DType, Device, FloatDType, Tensor, TensorData};
-use parvi_model::dist::{Gamma, LogProb, Normal, Poisson};
-use parvi_model::linalg::{DEFAULT_PIVOT_FLOOR, cholesky_floored, exp_quad_cov};
+use parvi_model::dist::{Gamma, LogProb, Normal, PoissonLog};
+use parvi_model::linalg::{DEFAULT_PIVOT_FLOOR, cholesky_factor_floored, exp_quad_cov};
 use parvi_model::program::{Generated, Program, Target, Vars};
 use parvi_model::tensor_ops::matrix_from_vec;
 use parvi_model::{ModelError, ParamLayout};
@@ -46,8 +46,8 @@ pub(super) struct GpPoisson {
     x: Tensor<1>,
     /// The identity `[1, N, N]`, in the factorisation's dtype.
     eye: Tensor<3>,
-    /// `[1, N]`
-    counts: Tensor<2>,
+    /// The counts `[1, N]` with their `ln k!` (Stan's transformed data).
+    counts: PoissonLog<2>,
     /// Whether the covariance and its factor are computed in `f64`.
     wide: bool,
 }
@@ -80,7 +80,8 @@ impl GpPoisson {
         Ok(Self {
             x: Tensor::from_data(host(x, vec![n]), (device, dtype)),
             eye: Tensor::from_data(host(eye, vec![1, n, n]), (device, dtype)),
-            counts: matrix_from_vec(k.iter().map(|&c| c as f32).collect(), 1, n, device),
+            counts: PoissonLog::new(matrix_from_vec(k.iter().map(|&c| c as f32).collect(), 1, n, device))
+                .map_err(|e| data.invalid("k", e.to_string()))?,
             wide,
         })
     }
@@ -118,7 +119,7 @@ impl Program for GpPoisson {
         *target += Gamma::new(25.0, 4.0)?.log_prob(rho);
         *target += Normal::new(0.0, 2.0)?.log_prob(alpha);
         *target += Normal::new(0.0, 1.0)?.log_prob(f_tilde);
-        *target += Poisson::from_log_rate(f).log_prob(self.counts.clone());
+        *target += self.counts.log_prob(f);
         Ok(())
     }
 
@@ -127,7 +128,7 @@ impl Program for GpPoisson {
     fn generated(&self, p: &Vars, out: &mut Generated) -> Result<(), ModelError> {
         let f = self.latent(p)?;
         let points = f.dims()[1];
-        out.output_shaped("log_lik", &[points], Poisson::from_log_rate(f).log_prob(self.counts.clone()));
+        out.output_shaped("log_lik", &[points], self.counts.log_prob(f));
         Ok(())
     }
 }
@@ -141,7 +142,7 @@ impl GpPoisson {
         let alpha = self.wide(alpha);
         let (jitter, pivot_floor) = self.jitter(alpha.clone());
         let cov = exp_quad_cov(self.x.clone(), alpha, self.wide(rho))? + jitter;
-        let (l_cov, _) = cholesky_floored(cov, pivot_floor)?;
+        let l_cov = cholesky_factor_floored(cov, pivot_floor)?;
         let f = l_cov.matmul(self.wide(f_tilde.clone()).reshape([n, points, 1])).reshape([n, points]);
         Ok(f.cast(f_tilde.dtype()))
     }

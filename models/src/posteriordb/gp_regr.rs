@@ -5,7 +5,7 @@
 
 use burn::tensor::{Device, Tensor};
 use parvi_model::dist::{Gamma, LogProb, Normal};
-use parvi_model::linalg::{cholesky, exp_quad_cov};
+use parvi_model::linalg::{cholesky_factor, exp_quad_cov};
 use parvi_model::mvn::MultiNormalCholesky;
 use parvi_model::program::{Program, Target, Vars};
 use parvi_model::tensor_ops::matrix_from_vec;
@@ -20,6 +20,8 @@ pub(super) struct GpRegr {
     x: Tensor<1>,
     /// `[1, N]`
     y: Tensor<2>,
+    /// The identity `[1, N, N]` (transformed data).
+    eye: Tensor<3>,
 }
 
 impl GpRegr {
@@ -30,6 +32,7 @@ impl GpRegr {
         Ok(Self {
             x: Tensor::from_floats(x.as_slice(), device),
             y: matrix_from_vec(y.iter().map(|&v| v as f32).collect(), 1, n, device),
+            eye: Tensor::<2>::eye(n, device).unsqueeze(),
         })
     }
 }
@@ -41,10 +44,9 @@ impl Program for GpRegr {
 
     fn model(&self, p: &Vars, target: &mut Target) -> Result<(), ModelError> {
         let (rho, alpha, sigma) = (p.get("rho")?, p.get("alpha")?, p.get("sigma")?);
-        let n = self.x.dims()[0];
-        let eye = Tensor::<2>::eye(n, &rho.device()).unsqueeze::<3>();
-        let cov = exp_quad_cov(self.x.clone(), alpha.clone(), rho.clone())? + eye * sigma.clone().unsqueeze_dim(2);
-        let (l_cov, _) = cholesky(cov)?;
+        let cov = exp_quad_cov(self.x.clone(), alpha.clone(), rho.clone())?
+            + self.eye.clone() * sigma.clone().unsqueeze_dim(2);
+        let l_cov = cholesky_factor(cov)?;
         *target += Gamma::new(25.0, 4.0)?.log_prob(rho);
         *target += Normal::new(0.0, 2.0)?.log_prob(alpha);
         *target += Normal::new(0.0, 1.0)?.log_prob(sigma);
