@@ -13,10 +13,15 @@
 //! Adaptation (the warm-up only; then every setting is fixed and each iteration is an exact,
 //! reversible HMC transition):
 //! - the trajectory length `T` maximises the ChEES criterion (eq. 4 of the paper: the change of
-//!   the centred second moment, `E[(|u' - E u'|^2 - |u - E u|^2)^2] / 4`), whose gradient in `T`
-//!   per chain is (eq. 7) `t (|u' - m'|^2 - |u - m|^2) (u' - m') . p'`, `t` the jittered length,
-//!   `m, m'` the chains' means, averaged over the chains weighted by their acceptance
-//!   probabilities (eq. 8); `log T` follows Adam with `beta_1 = 0` (their Alg. 1; rate 0.025, the
+//!   the centred second moment, `E[(|u' - E u'|^2 - |u - E u|^2)^2] / 4`) per leapfrog step,
+//!   `ChEES / T`. The paper maximises ChEES itself, the best move per iteration; the polish
+//!   step pays per gradient and needs a fixed number of iterations for its R-hat, and on
+//!   eight_schools ChEES's optimum (`T` 5 to 5.5 at three seeds of six) cost twice the
+//!   gradients of `ChEES / T`'s (1.5 to 3.3) for the same R-hat (docs/posteriordb.md, "ChEES per
+//!   gradient"). ChEES's gradient in `log T` per chain is (eq. 7) `t (|u' - m'|^2 - |u - m|^2)
+//!   (u' - m') . p'`, `t` the jittered length, `m, m'` the chains' means; that of `log(ChEES /
+//!   T)` is `G / ChEES - 1` with `G` its acceptance-weighted average over the chains (eq. 8), so
+//!   the step follows the sign of `G - ChEES`; `log T` follows Adam with `beta_1 = 0` (their Alg. 1; rate 0.025, the
 //!   squared-gradient average at 0.95 and the update clipped to 0.35 as TensorFlow Probability's
 //!   reference implementation), and the kept `T` is its iterate average with weights
 //!   `k^-1/2`;
@@ -189,20 +194,40 @@ pub(crate) enum Metric {
     Dense { factor: Tensor<2>, factor_t: Tensor<2>, inverse_t: Tensor<2>, sd: Tensor<2> },
 }
 
-impl Metric {
-    /// A score `g` as the momentum's force: `g L`.
-    fn force(&self, g: Tensor<2>) -> Tensor<2> {
+/// A linear map of rows: elementwise by a `[1, d]` row, or a product with a `[d, d]` matrix.
+enum RowMap {
+    Scale(Tensor<2>),
+    Product(Tensor<2>),
+}
+
+impl RowMap {
+    fn apply(&self, v: Tensor<2>) -> Tensor<2> {
         match self {
-            Self::Diagonal { sd } => g.mul(sd.clone()),
-            Self::Dense { factor, .. } => g.matmul(factor.clone()),
+            Self::Scale(s) => v.mul(s.clone()),
+            Self::Product(m) => v.matmul(m.clone()),
         }
     }
+}
 
-    /// A momentum as a move of `x`: `p L^T`.
-    fn velocity(&self, p: Tensor<2>) -> Tensor<2> {
+/// A trajectory's two leapfrog maps with its step `eps` folded in, once a transition (one
+/// operation a map a leapfrog step instead of two): the half kick `g -> (eps / 2) g L` and the
+/// drift `p -> eps p L^T`.
+struct LeapfrogMaps {
+    half_kick: RowMap,
+    drift: RowMap,
+}
+
+impl Metric {
+    fn leapfrog_maps(&self, eps: f64) -> LeapfrogMaps {
         match self {
-            Self::Diagonal { sd } => p.mul(sd.clone()),
-            Self::Dense { factor_t, .. } => p.matmul(factor_t.clone()),
+            Self::Diagonal { sd } => LeapfrogMaps {
+                half_kick: RowMap::Scale(sd.clone().mul_scalar(eps / 2.0)),
+                drift: RowMap::Scale(sd.clone().mul_scalar(eps)),
+            },
+            Self::Dense { factor, factor_t, .. } => LeapfrogMaps {
+                half_kick: RowMap::Product(factor.clone().mul_scalar(eps / 2.0)),
+                drift: RowMap::Product(factor_t.clone().mul_scalar(eps)),
+            },
         }
     }
 
@@ -290,7 +315,8 @@ pub(crate) struct Transition {
     pub(crate) accept: Vec<f64>,
     /// Whether each chain's trajectory diverged.
     pub(crate) divergent: Vec<bool>,
-    /// The ChEES gradient in `log T` of this iteration (eq. 8), from the chains' starts,
+    /// The gradient in `log T` of this iteration's ChEES per leapfrog step (eq. 8's average of
+    /// eq. 7, less ChEES itself; module docs), from the chains' starts,
     /// proposals and final momenta; NaN where no chain carries weight.
     pub(crate) criterion_gradient: f64,
 }
@@ -333,17 +359,23 @@ impl Chees<'_, '_> {
         let (x0, lp0, g0) = state;
         let device = x0.device();
         let p0 = self.rng.normal_tensor(n, d, &device);
-        let kinetic = |p: &Tensor<2>| p.clone().powi_scalar(2).sum_dim(1).reshape([n]).mul_scalar(0.5);
-        let h0 = to_vec_f32(&(lp0.clone() - kinetic(&p0)));
+        // The energy `log p - |p|^2 / 2` on the host, in f32 as the tensors hold it: two reads
+        // instead of four more operations a leapfrog step.
+        let energy = |lp: &Tensor<1>, p: &Tensor<2>| -> Vec<f32> {
+            let squares = to_vec_f32(&(p.clone() * p.clone()).sum_dim(1));
+            to_vec_f32(lp).iter().zip(&squares).map(|(l, s)| l - 0.5 * s).collect()
+        };
+        let maps = self.metric.leapfrog_maps(eps);
+        let h0 = energy(&lp0, &p0);
         let (mut x, mut lp, mut g, mut p) = (x0.clone(), lp0.clone(), g0.clone(), p0);
         let mut h = h0.clone();
         let mut dead = vec![false; n];
         for _ in 0..steps {
-            let p_half = p.clone() + self.metric.force(g.clone()).mul_scalar(eps / 2.0);
-            let x_new = x.clone() + self.metric.velocity(p_half.clone()).mul_scalar(eps);
+            let p_half = p.clone() + maps.half_kick.apply(g.clone());
+            let x_new = x.clone() + maps.drift.apply(p_half.clone());
             let scored = parvi_model::score(self.model, x_new.clone(), None)?;
-            let p_new = p_half + self.metric.force(scored.grad.clone()).mul_scalar(eps / 2.0);
-            let h_new = to_vec_f32(&(scored.log_prob.clone() - kinetic(&p_new)));
+            let p_new = p_half + maps.half_kick.apply(scored.grad.clone());
+            let h_new = energy(&scored.log_prob, &p_new);
             // A chain whose energy error passes the threshold (or is not finite) has diverged:
             // it stays where it was for the rest of the trajectory (so no non-finite position
             // reaches the model again) and its proposal is rejected.
@@ -387,8 +419,9 @@ impl Chees<'_, '_> {
     /// `(|u' - m'|^2 - |u - m|^2) (u' - m') . p'`, the criterion's derivative along the
     /// trajectory at its end, times `jittered = h_i T`, the derivative of the jittered length in
     /// `log T`; `m'` the acceptance-weighted mean of the proposals and `m` the mean of the
-    /// starts; averaged with the acceptance probabilities as weights. On the host in `f64`:
-    /// `3 n d` values.
+    /// starts; averaged with the acceptance probabilities as weights, less the same average of
+    /// each chain's ChEES `(|u' - m'|^2 - |u - m|^2)^2 / 4`: the sign of `ChEES / T`'s gradient
+    /// (module docs). On the host in `f64`: `3 n d` values.
     fn criterion_gradient(
         &self,
         start: &Tensor<2>,
@@ -419,7 +452,7 @@ impl Chees<'_, '_> {
                 m1[j] += weight[c] * f64::from(u1[c * d + j]) / total;
             }
         }
-        let mut sum = 0.0;
+        let (mut gradient, mut chees) = (0.0, 0.0);
         for c in (0..n).filter(|&c| weight[c] > 0.0) {
             let (mut r0, mut r1, mut dot) = (0.0, 0.0, 0.0);
             for j in 0..d {
@@ -429,9 +462,12 @@ impl Chees<'_, '_> {
                 r1 += b * b;
                 dot += b * f64::from(p1[c * d + j]);
             }
-            sum += weight[c] * jittered * (r1 - r0) * dot;
+            gradient += weight[c] * jittered * (r1 - r0) * dot;
+            chees += weight[c] * (r1 - r0) * (r1 - r0) / 4.0;
         }
-        sum / total
+        // Per leapfrog step: d(ChEES / T)/d log T is (G - ChEES) / T, whose sign (all Adam's
+        // normalised step reads) is that of G - ChEES.
+        (gradient - chees) / total
     }
 
     /// The warm-up: `iterations` iterations from `state` at step `eps0` and trajectory length
@@ -546,5 +582,41 @@ mod tests {
         }
         let eps = da.log_x_bar.exp();
         assert!((eps - 0.429).abs() < 0.01, "{eps}");
+    }
+    /// The criterion's gradient points to ChEES per leapfrog step's maximum. On a standard
+    /// Gaussian the exact flow gives `ChEES(t) = d sin^2(t)`, so with the jitter `t = h T`,
+    /// `E ChEES = d (1/2 - sin(2T) / (4T))` and the gradient `E[t dChEES/dt] = d (sin(2T) /
+    /// (4T) - cos(2T) / 2)`: `G - ChEES` is `+0.16 d` at `T = 1` and `-0.36 d` at `T = 2`
+    /// (ChEES per step peaks near 1.5), where ChEES's own gradient is still `+0.23 d` (ChEES
+    /// peaks near 2.25). 64 chains, 400 iterations at a small step (0.1) each.
+    #[test]
+    fn criterion_gradient_points_to_the_maximum_of_chees_per_step() {
+        let device = parvi_model::BackendKind::Flex.device().unwrap();
+        let d = 10;
+        let mut identity = vec![0.0; d * d];
+        for j in 0..d {
+            identity[j * d + j] = 1.0;
+        }
+        let model = parvi_models::Gaussian::new(&vec![0.0; d], &identity, &device).unwrap();
+        let (n, eps) = (64, 0.1);
+        let mut rng = EngineRng::new(3);
+        let mut mean_gradient = |t: f64| {
+            let x = rng.normal_tensor(n, d, &device);
+            let s = parvi_model::score(&model, x.clone(), None).unwrap();
+            let mut state = (x, s.log_prob, s.grad);
+            let sd = Tensor::<2>::ones([1, d], &device);
+            let mut hmc = Chees { model: &model, metric: Metric::Diagonal { sd }, rng: &mut rng, n, d };
+            let mut sum = 0.0;
+            for i in 0..400u64 {
+                let steps = leapfrog_steps(i, t, eps);
+                let (next, tr) = hmc.transition(state, eps, steps, halton(i) * t, true).unwrap();
+                state = next;
+                sum += tr.criterion_gradient;
+            }
+            sum / 400.0
+        };
+        let (short, long) = (mean_gradient(1.0), mean_gradient(2.0));
+        assert!((0.5..3.0).contains(&short), "T = 1: {short} (expected about +1.6)");
+        assert!((-6.0..-1.5).contains(&long), "T = 2: {long} (expected about -3.6)");
     }
 }
