@@ -35,7 +35,8 @@
 //! (79 on gp_pois_regr), so it spends 2 to 10 times MALA's gradients where MALA mixes (garch,
 //! hmm_example, kidiq, logearn_interaction) and wins where it does not (eight_schools: 2.9 times
 //! fewer; gp_pois_regr, where autoMALA ends at its budget 0.11 sd off: R-hat 1.016 and 0.02 sd);
-//! docs/posteriordb.md, "ChEES-HMC in the polish step".
+//! docs/posteriordb.md, "ChEES-HMC in the polish step" (measured before ChEES's length
+//! maximised its criterion per leapfrog step: "ChEES per gradient").
 //!
 //! Where even those do not mix (the latent states of an item-response or a stochastic-volatility
 //! model), Stan's NUTS does: [`PolishKernel::Auto`] offers chains whose R-hat is still above
