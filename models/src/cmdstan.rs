@@ -140,7 +140,11 @@ impl Draws {
         let per = rows / k;
         // Snapshot-major to chain-major: row s * k + c moves to c * per + s.
         let order: Vec<usize> = (0..k).flat_map(|c| (0..per).map(move |s| s * k + c)).collect();
-        let values = order.iter().flat_map(|&r| values[r * p..(r + 1) * p].iter().copied()).collect();
+        let mut moved = Vec::with_capacity(rows * p);
+        for &r in &order {
+            moved.extend_from_slice(&values[r * p..(r + 1) * p]);
+        }
+        let values = moved;
         let lp = order.iter().map(|&r| lp[r]).collect();
         Self::new(names, values, lp, k, weights)
     }
@@ -309,11 +313,13 @@ impl Draws {
         out.push_str(&header.join(","));
         out.push('\n');
         let p = draws.names.len();
+        // Some 12 characters a value: one allocation for the rows, none a value.
+        out.reserve(draws.lp.len() * (p + 1) * 12);
         for (r, &lp) in draws.lp.iter().enumerate() {
-            out.push_str(&number(lp));
+            push_number(&mut out, lp);
             for &j in &order {
                 out.push(',');
-                out.push_str(&number(draws.values[r * p + j]));
+                push_number(&mut out, draws.values[r * p + j]);
             }
             out.push('\n');
         }
@@ -390,17 +396,17 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CmdStanError> {
     Ok(())
 }
 
-/// A number as CmdStan writes it: `nan`, `inf`, `-inf`, else the shortest text that reads back
+/// Appends `v` as CmdStan writes it: `nan`, `inf`, `-inf`, else the shortest text that reads back
 /// to the same value (to the same `f32` for a value that is one, as parvi's draws are).
-fn number(v: f64) -> String {
+fn push_number(out: &mut String, v: f64) {
     if v.is_nan() {
-        "nan".into()
+        out.push_str("nan");
     } else if v.is_infinite() {
-        if v > 0.0 { "inf".into() } else { "-inf".into() }
+        out.push_str(if v > 0.0 { "inf" } else { "-inf" });
     } else if f64::from(v as f32) == v {
-        format!("{}", v as f32)
+        let _ = write!(out, "{}", v as f32);
     } else {
-        format!("{v}")
+        let _ = write!(out, "{v}");
     }
 }
 
