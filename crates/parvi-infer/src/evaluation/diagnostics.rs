@@ -169,14 +169,59 @@ pub(crate) fn halves(chains: &[Vec<f64>]) -> Vec<Vec<f64>> {
 /// The draws of all chains rank-normalised together: `z = Phi^-1((r - 3/8) / (S + 1/4))`, ties
 /// at their mean rank (1-based; Vehtari et al. 2021, eq. 14).
 pub(crate) fn rank_normalise(chains: &[Vec<f64>]) -> Vec<Vec<f64>> {
-    // The polish step's stopping rule ranks every watched quantity at every look. Sorted as
-    // (order-preserving integer key, index) pairs, compared without indirection; the normal
-    // quantile of each rank from a table shared by every quantity of the same draw count (a
-    // look's quantities all have it). Ties (equal keys) take their mean rank.
     let flat: Vec<f64> = chains.iter().flatten().copied().collect();
-    let total = flat.len();
-    let mut keyed: Vec<(u64, u32)> = flat.iter().enumerate().map(|(k, &v)| (total_order_key(v), k as u32)).collect();
+    split_like(chains, &normal_scores(&sorted_keys(&flat)))
+}
+
+/// [`rank_normalise`] of `chains` and of their folded values `|x - median|` (the scale R-hat's
+/// draws), from one sort: below the median the sorted draws, read backwards, are the folded
+/// values in ascending order, above it they are read forwards, so a merge of the two runs
+/// orders the folded values (the same scores as sorting them, ties included). Non-finite draws
+/// take two sorts.
+pub(crate) fn rank_normalise_with_folded(chains: &[Vec<f64>], median: f64) -> (Vec<Vec<f64>>, Vec<Vec<f64>>) {
+    let flat: Vec<f64> = chains.iter().flatten().copied().collect();
+    let keyed = sorted_keys(&flat);
+    let ranked = split_like(chains, &normal_scores(&keyed));
+    let fold = |v: f64| (v - median).abs();
+    if !(median.is_finite() && flat.iter().all(|v| v.is_finite())) {
+        let folded: Vec<f64> = flat.iter().map(|&v| fold(v)).collect();
+        return (ranked, split_like(chains, &normal_scores(&sorted_keys(&folded))));
+    }
+    let split = keyed.partition_point(|&(_, k)| flat[k as usize] < median);
+    let (mut below, mut above) = (split, split);
+    let mut merged = Vec::with_capacity(keyed.len());
+    while below > 0 || above < keyed.len() {
+        let left = (below > 0).then(|| fold(flat[keyed[below - 1].1 as usize]));
+        let right = (above < keyed.len()).then(|| fold(flat[keyed[above].1 as usize]));
+        let take_left = match (left, right) {
+            (Some(l), Some(r)) => l <= r,
+            (l, _) => l.is_some(),
+        };
+        let (value, k) = if take_left {
+            below -= 1;
+            (left.unwrap_or_default(), keyed[below].1)
+        } else {
+            above += 1;
+            (right.unwrap_or_default(), keyed[above - 1].1)
+        };
+        merged.push((total_order_key(value), k));
+    }
+    (ranked, split_like(chains, &normal_scores(&merged)))
+}
+
+/// `(order-preserving integer key, index)` of every value, sorted: compared without
+/// indirection (the polish step's stopping rule ranks every watched quantity at every look).
+fn sorted_keys(values: &[f64]) -> Vec<(u64, u32)> {
+    let mut keyed: Vec<(u64, u32)> = values.iter().enumerate().map(|(k, &v)| (total_order_key(v), k as u32)).collect();
     keyed.sort_unstable();
+    keyed
+}
+
+/// The normal score of each value's rank from its sorted keys, in the values' order: the
+/// quantile of each rank from a table shared by every quantity of the same draw count (a
+/// look's quantities all have it); ties (equal keys) take their mean rank.
+fn normal_scores(keyed: &[(u64, u32)]) -> Vec<f64> {
+    let total = keyed.len();
     let mut z_flat = vec![0.0; total];
     RANK_QUANTILES.with(|table| {
         let mut table = table.borrow_mut();
@@ -196,7 +241,12 @@ pub(crate) fn rank_normalise(chains: &[Vec<f64>]) -> Vec<Vec<f64>> {
             i = j + 1;
         }
     });
-    let mut rest = z_flat.as_slice();
+    z_flat
+}
+
+/// `flat` cut into chains as long as `chains`'.
+fn split_like(chains: &[Vec<f64>], flat: &[f64]) -> Vec<Vec<f64>> {
+    let mut rest = flat;
     chains
         .iter()
         .map(|c| {
@@ -240,6 +290,31 @@ pub fn split_rhat(chains: &[Vec<f64>]) -> f64 {
 mod tests {
     use super::*;
     use crate::EngineRng;
+
+    /// The folded ranks from the one sort are the ranks of the folded values sorted afresh, to
+    /// the bit: with ties (draws rounded to a grid, some at the median itself, some mirrored
+    /// across it), and with a non-finite draw (the two-sort path).
+    #[test]
+    fn folded_ranks_from_one_sort_equal_a_second_sort() {
+        let mut rng = EngineRng::new(4);
+        let mut chains: Vec<Vec<f64>> =
+            (0..5).map(|_| (0..40).map(|_| (rng.normal() * 8.0).round() / 4.0).collect()).collect();
+        chains[0][0] = 0.25;
+        chains[1][3] = -0.25;
+        for median in [0.0, 0.125, -1.0, 3.0] {
+            let folded: Vec<Vec<f64>> = chains.iter().map(|c| c.iter().map(|x| (x - median).abs()).collect()).collect();
+            let (ranked, ranked_folded) = rank_normalise_with_folded(&chains, median);
+            assert_eq!(ranked, rank_normalise(&chains));
+            assert_eq!(ranked_folded, rank_normalise(&folded), "median {median}");
+        }
+        chains[2][5] = f64::NAN;
+        let folded: Vec<Vec<f64>> = chains.iter().map(|c| c.iter().map(|x| (x - 0.5).abs()).collect()).collect();
+        let (a, b) = rank_normalise_with_folded(&chains, 0.5);
+        let same = |x: &Vec<Vec<f64>>, y: &Vec<Vec<f64>>| {
+            x.iter().flatten().zip(y.iter().flatten()).all(|(p, q)| p.to_bits() == q.to_bits())
+        };
+        assert!(same(&a, &rank_normalise(&chains)) && same(&b, &rank_normalise(&folded)));
+    }
 
     /// `chains` stationary AR(1) series `x_t = phi x_{t-1} + sqrt(1 - phi^2) e_t` plus `offsets`.
     fn ar1(phi: f64, chains: usize, n: usize, offsets: &[f64], seed: u64) -> Vec<Vec<f64>> {

@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::InferError;
-use crate::evaluation::diagnostics::{halves, rank_normalise};
+use crate::evaluation::diagnostics::{halves, rank_normalise_with_folded};
 use crate::evaluation::{ess, split_rhat};
 
 /// One quantity's line of a [`Summary`]; `None` where the statistic does not apply.
@@ -251,9 +251,8 @@ fn weighted_quantile(x: &[f64], w: &[f64], p: f64) -> f64 {
 /// With it, the bulk ESS ([`crate::evaluation::bulk_ess`]) from the same ranking of the draws
 /// (the ranking is most of the cost of both).
 pub(crate) fn rank_rhat_and_bulk_ess(chains: &[Vec<f64>], median: f64) -> (f64, f64) {
-    let folded: Vec<Vec<f64>> = chains.iter().map(|c| c.iter().map(|x| (x - median).abs()).collect()).collect();
-    let ranked = rank_normalise(chains);
-    let rhat = split_rhat(&ranked).max(split_rhat(&rank_normalise(&folded)));
+    let (ranked, folded) = rank_normalise_with_folded(chains, median);
+    let rhat = split_rhat(&ranked).max(split_rhat(&folded));
     (rhat, ess(&halves(&ranked)))
 }
 
