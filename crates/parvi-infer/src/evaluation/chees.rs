@@ -14,17 +14,15 @@
 //! reversible HMC transition):
 //! - the trajectory length `T` maximises the ChEES criterion (eq. 4 of the paper: the change of
 //!   the centred second moment, `E[(|u' - E u'|^2 - |u - E u|^2)^2] / 4`) per leapfrog step,
-//!   `ChEES / T`. The paper maximises ChEES itself, the best move per iteration; the polish
-//!   step pays per gradient and needs a fixed number of iterations for its R-hat, and on
-//!   eight_schools ChEES's optimum (`T` 5 to 5.5 at three seeds of six) cost twice the
-//!   gradients of `ChEES / T`'s (1.5 to 3.3) for the same R-hat (docs/posteriordb.md, "ChEES per
-//!   gradient"). ChEES's gradient in `log T` per chain is (eq. 7) `t (|u' - m'|^2 - |u - m|^2)
-//!   (u' - m') . p'`, `t` the jittered length, `m, m'` the chains' means; that of `log(ChEES /
-//!   T)` is `G / ChEES - 1` with `G` its acceptance-weighted average over the chains (eq. 8), so
-//!   the step follows the sign of `G - ChEES`; `log T` follows Adam with `beta_1 = 0` (their Alg. 1; rate 0.025, the
-//!   squared-gradient average at 0.95 and the update clipped to 0.35 as TensorFlow Probability's
-//!   reference implementation), and the kept `T` is its iterate average with weights
-//!   `k^-1/2`;
+//!   `ChEES / T`, where the paper maximises ChEES itself: the polish step pays per gradient and
+//!   its R-hat needs a number of iterations whatever their length (docs/posteriordb.md, "ChEES
+//!   per gradient"). ChEES's gradient in `log T` per chain is (eq. 7) `t (|u' - m'|^2 - |u -
+//!   m|^2) (u' - m') . p'`, `t` the jittered length, `m, m'` the chains' means; that of
+//!   `log(ChEES / T)` is `G / ChEES - 1`, `G` its acceptance-weighted average over the chains
+//!   (eq. 8), so the step follows the sign of `G - ChEES`; `log T` follows Adam with `beta_1 =
+//!   0` (their Alg. 1; rate 0.025, the squared-gradient average at 0.95 and the update clipped
+//!   to 0.35 as TensorFlow Probability's reference implementation), and the kept `T` is its
+//!   iterate average with weights `k^-1/2`;
 //! - the jitter: iteration `i` runs `ceil(h_i T / eps)` leapfrog steps, `h_i` the base-2 Halton
 //!   (van der Corput) sequence, which spreads the lengths more evenly than uniform draws (Sec.
 //!   3.2) and keeps `T` from a resonance with the target's periods;
@@ -583,6 +581,7 @@ mod tests {
         let eps = da.log_x_bar.exp();
         assert!((eps - 0.429).abs() < 0.01, "{eps}");
     }
+
     /// The criterion's gradient points to ChEES per leapfrog step's maximum. On a standard
     /// Gaussian the exact flow gives `ChEES(t) = d sin^2(t)`, so with the jitter `t = h T`,
     /// `E ChEES = d (1/2 - sin(2T) / (4T))` and the gradient `E[t dChEES/dt] = d (sin(2T) /
