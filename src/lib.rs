@@ -43,4 +43,5 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod memory;
+pub mod stan_methods;
 pub mod workflow;

@@ -19,7 +19,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use parvi::cli::fit::FitArgs;
+use parvi::cli::fit::{FitArgs, FitCommon};
 use parvi::cli::predict::PredictArgs;
 use parvi::infer::core::Checkpoint;
 use parvi::models::posterior::Posterior;
@@ -683,12 +683,15 @@ fn no_panic<T>(what: &str, f: impl FnOnce() -> T) -> Result<T, TestCaseError> {
 /// `parvi fit --config FILE` with the work bounded on the command line (flags win).
 fn fit_with_config(config: &Path, out: &Path) -> anyhow::Result<()> {
     parvi::cli::fit::run(FitArgs {
-        config: Some(config.to_path_buf()),
-        particles: Some(6),
-        steps: Some(2),
-        backend: Some("flex".into()),
-        out: Some(out.to_path_buf()),
-        quiet: true,
+        common: FitCommon {
+            config: Some(config.to_path_buf()),
+            particles: Some(6),
+            steps: Some(2),
+            backend: Some("flex".into()),
+            out: Some(out.to_path_buf()),
+            quiet: true,
+            ..FitCommon::default()
+        },
         ..FitArgs::default()
     })
 }
@@ -880,12 +883,15 @@ fn fuzzed_checkpoints_are_refused_by_name_or_resume_without_a_panic() {
         let out = dir.path().join(format!("base-{method}"));
         let args = FitArgs {
             model: Some("banana".into()),
-            method: Some(method.into()),
-            particles: Some(6),
-            steps: Some(4),
-            checkpoint_every: Some(2),
-            out: Some(out.clone()),
-            quiet: true,
+            common: FitCommon {
+                method: Some(method.into()),
+                particles: Some(6),
+                steps: Some(4),
+                checkpoint_every: Some(2),
+                out: Some(out.clone()),
+                quiet: true,
+                ..FitCommon::default()
+            },
             ..FitArgs::default()
         };
         parvi::cli::fit::run(args.clone()).unwrap();
@@ -926,10 +932,20 @@ fn fuzzed_checkpoints_are_refused_by_name_or_resume_without_a_panic() {
             b
         };
         std::fs::write(&path, &bytes).unwrap();
-        let what =
-            format!("{} checkpoint edit ({pick}, {with:?}, kind {kind}, seed {seed})", args.method.as_deref().unwrap());
+        let what = format!(
+            "{} checkpoint edit ({pick}, {with:?}, kind {kind}, seed {seed})",
+            args.common.method.as_deref().unwrap()
+        );
         let loaded = no_panic(&what, || Checkpoint::load(&path))?;
-        let resume = FitArgs { resume: Some(path.clone()), steps: Some(7), checkpoint_every: None, ..args.clone() };
+        let resume = FitArgs {
+            common: FitCommon {
+                resume: Some(path.clone()),
+                steps: Some(7),
+                checkpoint_every: None,
+                ..args.common.clone()
+            },
+            ..args.clone()
+        };
         let outcome = no_panic(&what, || parvi::cli::fit::run(resume))?;
         trace(&what, &outcome);
         match outcome {

@@ -26,7 +26,7 @@ use parvi_model::tensor_ops::to_vec_f32;
 use rand::{RngExt, SeedableRng};
 use thiserror::Error;
 
-use parvi_model::program::StanModel;
+use parvi_model::program::{DrawRng, StanModel, draw_stream};
 
 use crate::posteriordb::PosteriorDbModel;
 
@@ -165,8 +165,11 @@ impl Draws {
     /// The draws of any [`StanModel`] (a compiled `Program`, a posteriordb model, a user's own)
     /// from unconstrained `draws` `[rows, dim]` (a fit's `FitResult::draws`, with its weights
     /// and MCMC chain count `FitResult::chains`): its parameters and transformed parameters under
-    /// Stan's names, then its generated quantities, drawn with a stream seeded by
-    /// `generated_seed` (CmdStan's column order), and `lp__` from its log density.
+    /// Stan's names, then its generated quantities (CmdStan's column order), and `lp__` from its
+    /// log density. The transformed parameters and generated quantities are computed from the
+    /// constrained parameter values as written, draw `s` of chain `c` (snapshot-major row
+    /// `s * chains + c`) drawing from [`draw_stream`]`(generated_seed, c + 1, s)`: the standalone
+    /// generated quantities of the written draws reproduce them exactly.
     pub fn of_model(
         model: &dyn StanModel,
         draws: Tensor<2>,
@@ -176,14 +179,16 @@ impl Draws {
     ) -> Result<Self, CmdStanError> {
         let quantity = |e: parvi_model::ModelError| CmdStanError::Model(e.to_string());
         let lp = model.log_prob(draws.clone(), None);
-        let mut names = model.names().to_vec();
-        let mut reported = model.reported(draws.clone()).map_err(quantity)?;
-        if !model.generated_names().is_empty() {
-            let mut rng = chacha20::ChaCha8Rng::seed_from_u64(generated_seed);
-            let generated = model.generated(draws, &mut rng).map_err(quantity)?;
-            names.extend(model.generated_names().iter().cloned());
-            reported = Tensor::cat(vec![reported, generated], 1);
-        }
+        let rows = draws.dims()[0];
+        let k = chains.unwrap_or(1).max(1);
+        let mut streams: Vec<DrawRng> =
+            (0..rows).map(|r| draw_stream(generated_seed, (r % k) as u64 + 1, (r / k) as u64)).collect();
+        let constrained = model.layout().constrain(draws);
+        let (transformed, generated) = model.quantities_at(constrained.clone(), &mut streams).map_err(quantity)?;
+        let names: Vec<String> = model.names().iter().chain(model.generated_names()).cloned().collect();
+        let parts: Vec<Tensor<2>> =
+            [constrained, transformed, generated].into_iter().filter(|t| t.dims()[1] > 0).collect();
+        let reported = Tensor::cat(parts, 1);
         Self::from_tensors(names, reported, lp, weights, chains)
     }
 

@@ -13,7 +13,6 @@ use parvi_model::program::StanModel;
 use parvi_model::{BackendKind, LogDensity};
 use parvi_models::cmdstan::{self, RunInfo};
 use parvi_models::posteriordb::{self, PosteriorDbModel};
-use parvi_models::stan_data::StanData;
 use parvi_models::{BUILTIN_TARGETS, BuiltinTarget, builtin_target};
 use serde::{Deserialize, Serialize};
 
@@ -22,15 +21,12 @@ use super::method::{adapter_from_name, engine_spec, parse_options};
 use super::{plot, read_config, write_atomic};
 use parvi_infer::core::shard::ShardBy;
 
-/// Settings of `parvi fit`. Every flag may also come from a TOML file given by `--config`
-/// (same names, kebab-case); flags on the command line win over the file.
-#[derive(Args, Debug, Default, Clone, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+/// Settings of `parvi fit`: the target (a built-in density or a posteriordb posterior) and the
+/// settings every fit shares with a model executable's ([`FitCommon`]). Every flag may also come
+/// from a TOML file given by `--config` (same names, kebab-case); flags on the command line win
+/// over the file.
+#[derive(Args, Debug, Default, Clone)]
 pub struct FitArgs {
-    /// TOML file with any of the settings below.
-    #[arg(long, value_name = "FILE")]
-    #[serde(skip)]
-    pub config: Option<PathBuf>,
     /// Target: a built-in density (gaussian: correlated 2-D; mixture: two 2-D modes; banana),
     /// or with `--data` a posteriordb model.
     #[arg(long, help = model_help())]
@@ -42,6 +38,20 @@ pub struct FitArgs {
     /// A Stan-format JSON data file for the posteriordb model named by `--model`.
     #[arg(long, value_name = "FILE.json")]
     pub data: Option<PathBuf>,
+    /// The settings of the run.
+    #[command(flatten)]
+    pub common: FitCommon,
+}
+
+/// The settings of a fit that `parvi fit` and a model executable's `fit` share: the method, the
+/// run, the polish step, the output.
+#[derive(Args, Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct FitCommon {
+    /// TOML file with any of the settings below.
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
     /// Particle method [default: svgd].
     #[arg(long, help = method_help())]
     pub method: Option<String>,
@@ -160,15 +170,37 @@ fn method_help() -> String {
 }
 
 impl FitArgs {
-    /// Flags win over the config file.
+    /// Flags win over the config file. The file's `model`, `posterior` and `data` set the
+    /// target; every other key is one of [`FitCommon`]'s, an unknown one refused by name.
     fn merged(self) -> Result<FitArgs> {
-        let Some(path) = self.config.clone() else { return Ok(self) };
-        let file: FitArgs = read_config(&path)?;
+        let Some(path) = self.common.config.clone() else { return Ok(self) };
+        let mut table: toml::Table = read_config(&path)?;
+        let mut text = |key: &str| -> Result<Option<String>> {
+            match table.remove(key) {
+                None => Ok(None),
+                Some(toml::Value::String(s)) => Ok(Some(s)),
+                Some(other) => {
+                    bail!("config file {}: `{key}` must be a string, found a {}", path.display(), other.type_str())
+                }
+            }
+        };
+        let (model, posterior, data) = (text("model")?, text("posterior")?, text("data")?);
+        let file: FitCommon =
+            toml::Value::Table(table).try_into().map_err(|e| anyhow::anyhow!("config file {}: {e}", path.display()))?;
         Ok(FitArgs {
-            config: Some(path),
-            model: self.model.or(file.model),
-            posterior: self.posterior.or(file.posterior),
-            data: self.data.or(file.data),
+            model: self.model.or(model),
+            posterior: self.posterior.or(posterior.map(PathBuf::from)),
+            data: self.data.or(data.map(PathBuf::from)),
+            common: self.common.merged(file),
+        })
+    }
+}
+
+impl FitCommon {
+    /// These settings over `file`'s (a config file's): flags win.
+    fn merged(self, file: FitCommon) -> FitCommon {
+        FitCommon {
+            config: self.config,
             method: self.method.or(file.method),
             particles: self.particles.or(file.particles),
             steps: self.steps.or(file.steps),
@@ -193,7 +225,7 @@ impl FitArgs {
             no_polish: self.no_polish || (file.no_polish && !self.polish),
             polish_steps: self.polish_steps.or(file.polish_steps),
             polish_kernel: self.polish_kernel.or(file.polish_kernel),
-        })
+        }
     }
 }
 
@@ -248,7 +280,7 @@ pub fn run(args: FitArgs) -> Result<()> {
 /// `fit` for a built-in or posteriordb target, or (`user`) for a user's own model.
 pub(crate) fn run_for(args: FitArgs, user: Option<&UserModel<'_>>) -> Result<()> {
     let args = args.merged()?;
-    let distributed = args.distributed;
+    let distributed = args.common.distributed;
     launch(distributed, |group| run_with(args, group, user))
 }
 
@@ -317,11 +349,7 @@ impl Target {
                 );
             }
         }
-        let data = match &args.data {
-            Some(file) => StanData::read(file)?,
-            None => StanData::empty("(no --data file)"),
-        };
-        let model = (user.build)(&data, device).map_err(|e| anyhow::anyhow!("model `{name}`: {e}"))?;
+        let model = super::model::build_model(user, args.data.as_deref(), device)?;
         Ok(Target::User { name, model, data: args.data.clone() })
     }
 
@@ -376,27 +404,29 @@ fn prepare_output(out: &Path) -> Result<()> {
 fn run_with(args: FitArgs, collective: Group, user: Option<&UserModel<'_>>) -> Result<()> {
     // Rank 0 alone prints and writes; the state is replicated on every rank.
     let lead = is_lead(&collective);
-    let Some(out) = args.out.clone() else { bail!("missing setting `--out DIR`") };
-    let method = args.method.clone().unwrap_or_else(|| "svgd".into());
-    let n = args.particles.unwrap_or(100);
-    let steps = args.steps.unwrap_or(parvi_infer::DEFAULT_STEPS);
-    let seed = args.seed.unwrap_or(0);
-    let lr = args.lr.unwrap_or(0.05);
-    let init_std = args.init_std.unwrap_or(1.0);
+    let Some(out) = args.common.out.clone() else { bail!("missing setting `--out DIR`") };
+    let method = args.common.method.clone().unwrap_or_else(|| "svgd".into());
+    let n = args.common.particles.unwrap_or(100);
+    let steps = args.common.steps.unwrap_or(parvi_infer::DEFAULT_STEPS);
+    let seed = args.common.seed.unwrap_or(0);
+    let lr = args.common.lr.unwrap_or(0.05);
+    let init_std = args.common.init_std.unwrap_or(1.0);
     if !(init_std > 0.0 && init_std.is_finite()) {
         bail!("invalid setting `--init-std`: must be finite and > 0, got {init_std}");
     }
-    let backend: BackendKind = args.backend.as_deref().map(str::parse).transpose()?.unwrap_or(BackendKind::DEFAULT);
+    let backend: BackendKind =
+        args.common.backend.as_deref().map(str::parse).transpose()?.unwrap_or(BackendKind::DEFAULT);
     if n == 0 {
         bail!("invalid setting `--particles`: need at least one particle, got 0");
     }
-    let kernel = super::method::kernel_from_name(args.kernel.as_deref().unwrap_or("rbf"), args.bandwidth)?;
-    let adapter = adapter_from_name(args.adapter.as_deref().unwrap_or("adagrad"), lr)?;
+    let kernel =
+        super::method::kernel_from_name(args.common.kernel.as_deref().unwrap_or("rbf"), args.common.bandwidth)?;
+    let adapter = adapter_from_name(args.common.adapter.as_deref().unwrap_or("adagrad"), lr)?;
 
     let device = backend.device()?;
     let target = Target::resolve(&args, &device, user)?;
     let model_name = target.name();
-    if args.shard == Some(ShardBy::Rows) {
+    if args.common.shard == Some(ShardBy::Rows) {
         match target.density().data_len() {
             None => bail!("invalid setting `--shard rows`: model `{model_name}` has no data rows to share"),
             Some(_) => bail!(
@@ -406,23 +436,23 @@ fn run_with(args: FitArgs, collective: Group, user: Option<&UserModel<'_>>) -> R
             ),
         }
     }
-    let mut options = args.options.clone().unwrap_or_default();
-    options.extend(parse_options(&args.opt)?);
+    let mut options = args.common.options.clone().unwrap_or_default();
+    options.extend(parse_options(&args.common.opt)?);
     let spec = engine_spec(&method, &options, kernel, adapter)?;
-    super::method::refuse_unused_lr(&method, Some(&spec.method), args.lr)?;
+    super::method::refuse_unused_lr(&method, Some(&spec.method), args.common.lr)?;
     // Built here too, so that bad options are refused before any output directory is made.
     spec.build()?;
-    if args.checkpoint_every == Some(0) {
+    if args.common.checkpoint_every == Some(0) {
         bail!("invalid setting `--checkpoint-every`: must be >= 1, got 0");
     }
-    let precondition = match args.precondition.as_deref().unwrap_or("laplace") {
+    let precondition = match args.common.precondition.as_deref().unwrap_or("laplace") {
         "laplace" => Precondition::Laplace,
         "pathfinder" => Precondition::Pathfinder,
         "none" => Precondition::None,
         other => bail!("invalid setting `--precondition`: `{other}` (expected laplace, pathfinder or none)"),
     };
     let density = target.density();
-    if args.resume.is_none() {
+    if args.common.resume.is_none() {
         // Refused by name rather than ending in an allocation abort: the particles, their
         // scores, the step-size history and the update are each an n x dim matrix.
         parvi_infer::kernels::require_matrices_fit(
@@ -434,8 +464,13 @@ fn run_with(args: FitArgs, collective: Group, user: Option<&UserModel<'_>>) -> R
             4,
         )?;
     }
-    let resume = args.resume.as_deref().map(Checkpoint::load).transpose()?;
-    let polish = polish_config(args.polish, args.no_polish, args.polish_steps, args.polish_kernel.as_deref())?;
+    let resume = args.common.resume.as_deref().map(Checkpoint::load).transpose()?;
+    let polish = polish_config(
+        args.common.polish,
+        args.common.no_polish,
+        args.common.polish_steps,
+        args.common.polish_kernel.as_deref(),
+    )?;
     // Every rank makes the directory (as before: checkpoints go there); the lead, which writes
     // the outputs, also checks that it can write there.
     if lead {
@@ -454,9 +489,12 @@ fn run_with(args: FitArgs, collective: Group, user: Option<&UserModel<'_>>) -> R
         seed,
         precondition,
         init_std,
-        progress: !args.quiet && lead,
+        progress: !args.common.quiet && lead,
         collective: collective.clone(),
-        checkpoint: args.checkpoint_every.map(|every| CheckpointPolicy { path: out.join("checkpoint.json"), every }),
+        checkpoint: args
+            .common
+            .checkpoint_every
+            .map(|every| CheckpointPolicy { path: out.join("checkpoint.json"), every }),
         resume,
         // What the checkpoint belongs to: a resume with another model, preconditioner, method,
         // option or particle count is refused by name (the checkpoint holds the engine's
@@ -472,7 +510,7 @@ fn run_with(args: FitArgs, collective: Group, user: Option<&UserModel<'_>>) -> R
             particles: Some(n),
         },
         polish,
-        settle: if args.all_steps { None } else { FitConfig::default().settle },
+        settle: if args.common.all_steps { None } else { FitConfig::default().settle },
         ..FitConfig::default()
     };
     // The polish step stops on the statistics the summary prints, of the reported quantities.
@@ -628,8 +666,8 @@ fn run_settings(
         ("lr".to_string(), lr.to_string()),
         (
             "polish".to_string(),
-            match (&result.diagnostics.polish, args.polish) {
-                (None, _) if args.no_polish => "off".to_string(),
+            match (&result.diagnostics.polish, args.common.polish) {
+                (None, _) if args.common.no_polish => "off".to_string(),
                 (None, _) => "not run".to_string(),
                 (Some(p), _) => format!("on,kernel={}", p.kernel.name()),
             },

@@ -533,6 +533,8 @@ pub fn fit_reported(
     if let Some(p) = &config.polish {
         p.validate()?;
     }
+    // Phase lines, and timed progress lines where stderr is not a terminal, for this fit.
+    let _lines = crate::core::progress::Lines::enable(config.progress);
     let counted = Counted { model, evals: AtomicUsize::new(0) };
     let mut rng = EngineRng::new(config.seed ^ 0x1A9_1ACE);
     let started = Instant::now();
@@ -608,6 +610,12 @@ pub fn fit_reported(
         if let Some(settle) = settle.as_mut() {
             all.push(settle);
         }
+        crate::core::progress::phase(&format!(
+            "{}: {} particles, up to {} steps",
+            spec.method.name(),
+            config.particles,
+            config.steps
+        ));
         let runner = match &config.resume {
             Some(checkpoint) => Runner::resume(engine.as_mut(), target, run, checkpoint, device)?,
             None => Runner::new(engine.as_mut(), target, start, run)?,
@@ -647,6 +655,7 @@ pub fn fit_reported(
             Some(w) => w.to_original(t),
             None => t,
         };
+        crate::core::progress::phase(&format!("stationarity check: {} MALA steps a particle", config.check_steps));
         match checked(target, &outcome.particles, &check, Some(&to_model)) {
             Ok(s) => {
                 diagnostics.stationarity = s.as_ref().map(|(s, _)| s.clone());
@@ -683,6 +692,11 @@ pub fn fit_reported(
                 None => x,
             }
         };
+        crate::core::progress::phase(&format!(
+            "polish step ({} kernel): until R-hat and ESS pass, at most {} gradients a chain",
+            p.kernel.name(),
+            p.steps
+        ));
         let run = if p.kernel == PolishKernel::Nuts {
             let starts = from_chains.map_or_else(|| from.positions.clone(), |c| c.end.clone());
             nuts_polish(target, starts, &[], p, config.seed, Some(&watched), device).map(|(mut run, warnings)| {
@@ -885,20 +899,24 @@ fn precondition(model: &dyn LogDensity, config: &FitConfig, rng: &mut EngineRng,
     };
     for (attempt, kind) in order.into_iter().enumerate() {
         let problem = match kind {
-            Precondition::Laplace => match Laplace::fit(model, &config.laplace, rng, device) {
-                Ok(l) => match l.runaway() {
-                    Some(why) => Some(why),
-                    None => {
-                        out.laplace = Some(l);
-                        None
-                    }
-                },
-                Err(e) => Some(format!("the Laplace search failed ({e})")),
-            },
+            Precondition::Laplace => {
+                crate::core::progress::phase("preconditioner: Laplace mode search (Adam, then Newton)");
+                match Laplace::fit(model, &config.laplace, rng, device) {
+                    Ok(l) => match l.runaway() {
+                        Some(why) => Some(why),
+                        None => {
+                            out.laplace = Some(l);
+                            None
+                        }
+                    },
+                    Err(e) => Some(format!("the Laplace search failed ({e})")),
+                }
+            }
             _ => {
                 let mut options = config.pathfinder.clone();
                 options.draws_per_path =
                     options.draws_per_path.max((2 * config.particles).div_ceil(options.paths.max(1)));
+                crate::core::progress::phase("preconditioner: Pathfinder");
                 match pathfinder(model, &options, rng, device) {
                     Ok(fit) => {
                         let problems = fit.problems(options.max_iters, MAX_PATH_DISAGREEMENT);

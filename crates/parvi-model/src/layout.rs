@@ -661,6 +661,32 @@ impl ParamLayout {
         }
     }
 
+    /// Constrained values `[n, constrained_dim]` (blocks in layout order, each row-major, as
+    /// [`ParamLayout::constrain`] gives them) split into the blocks as the model sees them, with
+    /// no log-Jacobian: the generated quantities and transformed parameters of given constrained
+    /// values (CmdStan's standalone generated quantities) read them without a round trip through
+    /// the unconstrained space, so they see exactly the values written.
+    pub fn unpack_constrained(&self, constrained: Tensor<2>) -> Result<Unpacked<'_>, ModelError> {
+        let [n, width] = constrained.dims();
+        if width != self.constrained_dim() {
+            return Err(ModelError::DimensionMismatch { expected: self.constrained_dim(), got: width });
+        }
+        let mut values = Vec::with_capacity(self.blocks.len());
+        let mut start = 0;
+        for block in &self.blocks {
+            values.push(constrained.clone().narrow(1, start, block.size()));
+            start += block.size();
+        }
+        Ok(Unpacked {
+            layout: self,
+            values,
+            log_jacobian: Vec::new(),
+            particles: n,
+            device: constrained.device(),
+            dtype: constrained.dtype(),
+        })
+    }
+
     /// The particle matrix `[n, dim]` mapped to constrained space `[n, constrained_dim]`, blocks
     /// in layout order, each row-major (for reporting samples).
     pub fn constrain(&self, particles: Tensor<2>) -> Tensor<2> {

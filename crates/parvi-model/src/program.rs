@@ -96,6 +96,68 @@ pub trait StanModel: LogDensity {
         let _ = rng;
         Ok(Tensor::zeros([particles.dims()[0], 0], &particles.device()))
     }
+
+    /// The transformed parameters `[n, names().len() - constrained_dim]` and the generated
+    /// quantities `[n, generated_names().len()]` of constrained parameter values
+    /// `[n, constrained_dim]` (the parameter columns of a draws file), draw `i`'s random numbers
+    /// from `streams[i]` alone ([`draw_stream`]), so that a draw's generated quantities depend
+    /// on its values and its stream only: a fit's and CmdStan's standalone generated quantities
+    /// of the same draws agree exactly. This default goes through the unconstrained space and
+    /// runs the block once a draw; [`Compiled`] reads the constrained values directly, batched.
+    fn quantities_at(
+        &self,
+        constrained: Tensor<2>,
+        streams: &mut [DrawRng],
+    ) -> Result<(Tensor<2>, Tensor<2>), ModelError> {
+        let [n, width] = constrained.dims();
+        check_streams(n, streams.len())?;
+        let device = constrained.device();
+        let host = crate::tensor_ops::to_vec_f32(&constrained);
+        let mut rows = Vec::with_capacity(n * self.dim());
+        for row in host.chunks(width.max(1)).take(n) {
+            let values: Vec<f64> = row.iter().map(|&v| f64::from(v)).collect();
+            rows.extend(self.layout().unconstrain(&values)?.into_iter().map(|v| v as f32));
+        }
+        let particles = Tensor::<1>::from_floats(rows.as_slice(), &device).reshape([n, self.dim()]);
+        let reported = self.reported(particles.clone())?;
+        let total = reported.dims()[1];
+        let transformed =
+            if total > width { reported.narrow(1, width, total - width) } else { Tensor::zeros([n, 0], &device) };
+        let generated = (0..n)
+            .map(|i| self.generated(particles.clone().narrow(0, i, 1), &mut streams[i]))
+            .collect::<Result<Vec<_>, _>>()?;
+        let generated = if generated.is_empty() { Tensor::zeros([0, 0], &device) } else { Tensor::cat(generated, 0) };
+        Ok((transformed, generated))
+    }
+}
+
+/// The random stream of one draw's generated quantities.
+pub type DrawRng = chacha20::ChaCha8Rng;
+
+/// Draw `draw` (0-based, in its chain's order as written) of chain `chain` (1-based, CmdStan's
+/// `id`) under run seed `seed`: ChaCha8 keyed by the three numbers, so a draw's generated
+/// quantities are reproducible from the draws file alone (CmdStan's standalone method), whatever
+/// other draws are computed with it or in what order.
+pub fn draw_stream(seed: u64, chain: u64, draw: u64) -> DrawRng {
+    let mut key = [0u8; 32];
+    key[..8].copy_from_slice(&seed.to_le_bytes());
+    key[8..16].copy_from_slice(&chain.to_le_bytes());
+    key[16..24].copy_from_slice(&draw.to_le_bytes());
+    // A tag keeps these streams apart from any other use of the seed.
+    key[24..].copy_from_slice(b"parvi-gq");
+    DrawRng::from_seed(key)
+}
+
+/// One stream a draw, or an error.
+fn check_streams(rows: usize, streams: usize) -> Result<(), ModelError> {
+    if rows == streams {
+        Ok(())
+    } else {
+        Err(ModelError::Quantity {
+            name: "generated quantities".into(),
+            reason: format!("{streams} random streams for {rows} draws: give one a draw"),
+        })
+    }
 }
 
 /// The constrained parameters of all particles as the `model` block sees them.
@@ -156,8 +218,27 @@ impl Vars<'_> {
 /// on the host from the caller's seeded stream, broadcast as the densities are: a `[1, k]`
 /// argument is shared by every draw).
 pub struct Generated<'a> {
-    rng: &'a mut dyn Rng,
+    streams: Streams<'a>,
     outputs: Vec<Recorded>,
+}
+
+/// Where the `_rng` functions draw from: one stream for every draw in turn, or each draw its own.
+enum Streams<'a> {
+    Shared(&'a mut dyn Rng),
+    PerDraw(&'a mut [DrawRng]),
+}
+
+impl Streams<'_> {
+    /// The stream of draw `row` (a `[1, k]` call, shared by every draw, takes the first).
+    fn of(&mut self, row: usize) -> &mut dyn Rng {
+        match self {
+            Streams::Shared(rng) => &mut **rng,
+            Streams::PerDraw(streams) => {
+                let last = streams.len().saturating_sub(1);
+                &mut streams[row.min(last)]
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Generated<'_> {
@@ -167,8 +248,8 @@ impl std::fmt::Debug for Generated<'_> {
 }
 
 impl<'a> Generated<'a> {
-    fn new(rng: &'a mut dyn Rng) -> Self {
-        Self { rng, outputs: Vec::new() }
+    fn new(streams: Streams<'a>) -> Self {
+        Self { streams, outputs: Vec::new() }
     }
 
     /// Declares generated quantity `name`, `[n, size]`: one value is reported under its bare name
@@ -211,7 +292,7 @@ impl<'a> Generated<'a> {
                     let [ar, ac] = dims[a];
                     f64::from(host[a][(if ar == 1 { 0 } else { r }) * ac + if ac == 1 { 0 } else { c }])
                 });
-                let v = sample(values, &mut *self.rng).map_err(|reason| ModelError::Quantity {
+                let v = sample(values, self.streams.of(r)).map_err(|reason| ModelError::Quantity {
                     name: format!("{name}({})", args.iter().map(|(p, _)| *p).collect::<Vec<_>>().join(", ")),
                     reason: format!("at draw {}, element {}: {reason}", r + 1, c + 1),
                 })?;
@@ -336,7 +417,7 @@ impl<'a> Generated<'a> {
                 name: "categorical_logit_rng(beta)".into(),
                 reason: format!("at draw {}: {e}", r + 1),
             })?;
-            out.push((d.sample(&mut *self.rng) + 1) as f32);
+            out.push((d.sample(self.streams.of(r)) + 1) as f32);
         }
         Ok(Tensor::<1>::from_floats(out.as_slice(), &device).reshape([n, 1]))
     }
@@ -469,7 +550,7 @@ impl<P: Program> Compiled<P> {
         // The generated block run once too, with a throwaway stream: its names, and its errors
         // (a name declared twice, a shape that does not match) before any fit.
         let mut rng = rand::rngs::SmallRng::seed_from_u64(0);
-        let generated = Self::generated_of(&program, &layout, origin, &mut rng)?;
+        let generated = Self::generated_of(&program, layout.unpack(origin), 1, Streams::Shared(&mut rng))?;
         let generated_names = recorded_names(&generated)?;
         Ok(Self { program, layout, names, generated_names, error: Mutex::new(None) })
     }
@@ -508,7 +589,8 @@ impl<P: Program> Compiled<P> {
     pub fn generated(&self, particles: Tensor<2>, rng: &mut dyn Rng) -> Result<Tensor<2>, ModelError> {
         let n = particles.dims()[0];
         let device = particles.device();
-        let outputs = Self::generated_of(&self.program, &self.layout, particles, rng)?;
+        let unpacked = self.layout.unpack(particles);
+        let outputs = Self::generated_of(&self.program, unpacked, n, Streams::Shared(rng))?;
         let columns: Vec<Tensor<2>> = outputs.into_iter().map(|(_, _, v)| v).collect();
         let width: usize = columns.iter().map(|c| c.dims()[1]).sum();
         if width != self.generated_names.len() {
@@ -526,17 +608,56 @@ impl<P: Program> Compiled<P> {
         Ok(Tensor::cat(columns, 1))
     }
 
+    /// The transformed parameters and generated quantities of constrained values, each draw's
+    /// random numbers from its own stream (see [`StanModel::quantities_at`]); batched.
+    pub fn quantities_at(
+        &self,
+        constrained: Tensor<2>,
+        streams: &mut [DrawRng],
+    ) -> Result<(Tensor<2>, Tensor<2>), ModelError> {
+        let n = constrained.dims()[0];
+        check_streams(n, streams.len())?;
+        let device = constrained.device();
+        let transformed = Self::transformed_of_unpacked(
+            &self.program,
+            self.layout.unpack_constrained(constrained.clone())?,
+            n,
+            &device,
+        )?;
+        let transformed = match transformed.is_empty() {
+            true => Tensor::zeros([n, 0], &device),
+            false => Tensor::cat(transformed.into_iter().map(|(_, _, v)| v).collect(), 1),
+        };
+        let outputs = Self::generated_of(
+            &self.program,
+            self.layout.unpack_constrained(constrained)?,
+            n,
+            Streams::PerDraw(streams),
+        )?;
+        let columns: Vec<Tensor<2>> = outputs.into_iter().map(|(_, _, v)| v).collect();
+        let width: usize = columns.iter().map(|c| c.dims()[1]).sum();
+        if width != self.generated_names.len() {
+            return Err(ModelError::Quantity {
+                name: "generated quantities block".into(),
+                reason: format!(
+                    "gave {width} values a draw, but {} when the model was compiled: the block must declare the same outputs every time",
+                    self.generated_names.len()
+                ),
+            });
+        }
+        let generated = if columns.is_empty() { Tensor::zeros([n, 0], &device) } else { Tensor::cat(columns, 1) };
+        Ok((transformed, generated))
+    }
+
     /// Runs the generated block, checking each output has one row per particle.
     fn generated_of(
         program: &P,
-        layout: &ParamLayout,
-        particles: Tensor<2>,
-        rng: &mut dyn Rng,
+        unpacked: Unpacked<'_>,
+        n: usize,
+        streams: Streams<'_>,
     ) -> Result<Vec<Recorded>, ModelError> {
-        let n = particles.dims()[0];
-        let unpacked = layout.unpack(particles);
         let vars = Vars { unpacked, particles: n, batch: None, recorded: None };
-        let mut out = Generated::new(rng);
+        let mut out = Generated::new(streams);
         program.generated(&vars, &mut out)?;
         for (name, _, value) in &out.outputs {
             let [rows, _] = value.dims();
@@ -554,9 +675,18 @@ impl<P: Program> Compiled<P> {
     fn transformed_of(program: &P, layout: &ParamLayout, particles: Tensor<2>) -> Result<Vec<Recorded>, ModelError> {
         let n = particles.dims()[0];
         let device = particles.device();
-        let unpacked = layout.unpack(particles);
+        Self::transformed_of_unpacked(program, layout.unpack(particles), n, &device)
+    }
+
+    /// [`Compiled::transformed_of`] from the blocks' constrained values.
+    fn transformed_of_unpacked(
+        program: &P,
+        unpacked: Unpacked<'_>,
+        n: usize,
+        device: &burn::tensor::Device,
+    ) -> Result<Vec<Recorded>, ModelError> {
         let vars = Vars { unpacked, particles: n, batch: None, recorded: Some(RefCell::new(Vec::new())) };
-        program.model(&vars, &mut Target::new(n, &device))?;
+        program.model(&vars, &mut Target::new(n, device))?;
         Ok(vars.recorded.map(RefCell::into_inner).unwrap_or_default())
     }
 }
@@ -580,6 +710,14 @@ impl<P: Program> StanModel for Compiled<P> {
 
     fn generated(&self, particles: Tensor<2>, rng: &mut dyn Rng) -> Result<Tensor<2>, ModelError> {
         Compiled::generated(self, particles, rng)
+    }
+
+    fn quantities_at(
+        &self,
+        constrained: Tensor<2>,
+        streams: &mut [DrawRng],
+    ) -> Result<(Tensor<2>, Tensor<2>), ModelError> {
+        Compiled::quantities_at(self, constrained, streams)
     }
 }
 

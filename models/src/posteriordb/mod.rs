@@ -470,6 +470,14 @@ impl StanModel for PosteriorDbModel {
     fn generated(&self, particles: Tensor<2>, rng: &mut dyn rand::Rng) -> Result<Tensor<2>, ModelError> {
         self.target.generated(particles, rng)
     }
+
+    fn quantities_at(
+        &self,
+        constrained: Tensor<2>,
+        streams: &mut [parvi_model::program::DrawRng],
+    ) -> Result<(Tensor<2>, Tensor<2>), ModelError> {
+        self.target.quantities_at(constrained, streams)
+    }
 }
 
 /// A layout error as a [`PosteriorDbError`] of posterior `name`.

@@ -7,6 +7,7 @@ mod checkpoint;
 mod engine;
 mod particles;
 mod precondition;
+pub mod progress;
 mod record;
 mod rng;
 mod rows;

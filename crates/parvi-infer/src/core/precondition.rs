@@ -218,7 +218,9 @@ impl Laplace {
         let mut path: Vec<Tensor<2>> = Vec::new();
         let mut looked: Option<Vec<f64>> = None;
         let (mut probed, mut next_probe) = (None, 0);
+        let mut ticker = super::progress::Ticker::new("mode search (Adam)");
         for step in 0..config.adam_steps {
+            ticker.tick(|| format!("step {step} of at most {}", config.adam_steps));
             if step % every == 0 {
                 path.push(x.clone());
             }

@@ -339,6 +339,9 @@ impl<'a> Runner<'a> {
         let device = self.particles.device();
         let start_step = self.step;
         let bar = self.progress_bar();
+        // Where stderr is not a terminal the bar hides itself: a line every few seconds instead.
+        let mut ticker = super::progress::Ticker::new(self.engine.name());
+        let steps = self.config.steps;
         let started = Instant::now();
         let guard_every = self.config.guard_every.max(1);
         let mut verified = (self.step, self.particles.clone());
@@ -395,6 +398,8 @@ impl<'a> Runner<'a> {
                 }
             }
             bar.inc(1);
+            let at = self.step;
+            ticker.tick(|| format!("step {at} of at most {steps}"));
             if out_of_time || settled {
                 break;
             }

@@ -803,7 +803,17 @@ fn run_chains(
     }
     let mut q = Vec::with_capacity(runs.len() * d);
     let mut waiting = Vec::with_capacity(runs.len());
+    let total = runs.len() * (config.warmup + config.draws);
+    let mut ticker = crate::core::progress::Ticker::new(format!(
+        "nuts, chains {}-{}",
+        runs.first().map_or(0, |r| r.index + 1),
+        runs.last().map_or(0, |r| r.index + 1)
+    ));
     loop {
+        ticker.tick(|| {
+            let done: usize = runs.iter().map(|r| r.iteration).sum();
+            format!("{done} of {total} iterations ({} warm-up each)", config.warmup)
+        });
         q.clear();
         waiting.clear();
         for (i, run) in runs.iter_mut().enumerate() {

@@ -147,6 +147,9 @@ pub struct PathfinderFit {
     pub draws: Vec<f64>,
     /// Their Pareto-smoothed log importance weights, normalised (`logsumexp = 0`).
     pub log_weights: Vec<f64>,
+    /// Each draw's log density under its path's normal approximation (CmdStan's
+    /// `lp_approx__`).
+    pub log_q: Vec<f64>,
     /// The Pareto k-hat of the raw importance ratios: above [`MAX_PARETO_K`] the
     /// approximation is unreliable.
     pub pareto_k: f64,
@@ -170,6 +173,12 @@ impl PathfinderFit {
     /// particles need: Efraimidis & Spirakis' keys `u^(1/w)`). Row-major `[n, dim]`.
     pub fn resample(&self, n: usize, replace: bool, rng: &mut EngineRng) -> Vec<f64> {
         let d = self.dim;
+        let picks = self.resample_picks(n, replace, rng);
+        picks.iter().flat_map(|&i| self.draws[i * d..(i + 1) * d].iter().copied()).collect()
+    }
+
+    /// The indices of the draws [`PathfinderFit::resample`] picks.
+    pub fn resample_picks(&self, n: usize, replace: bool, rng: &mut EngineRng) -> Vec<usize> {
         let total = self.log_weights.len();
         let picks: Vec<usize> = if replace {
             let w: Vec<f64> = self.log_weights.iter().map(|v| v.exp()).collect();
@@ -201,7 +210,7 @@ impl PathfinderFit {
             keys.sort_by(|a, b| b.0.total_cmp(&a.0));
             (0..n).map(|k| keys[k % total].1).collect()
         };
-        picks.iter().flat_map(|&i| self.draws[i * d..(i + 1) * d].iter().copied()).collect()
+        picks
     }
 
     /// The reasons this fit should not be trusted as a posterior approximation (empty when
@@ -830,6 +839,7 @@ pub fn pathfinder(
         paths: reports,
         draws,
         log_weights,
+        log_q,
         pareto_k,
         mean,
         covariance,

@@ -558,7 +558,9 @@ fn chees_run(
     let (mut state, mut leapfrogs, mut iterations, mut accepted, mut divergences) = (state, 0usize, 0usize, 0.0, 0);
     let (mut max_rhat, mut min_ess, mut converged) = (f64::INFINITY, 0.0, false);
     let mut next_look = config.check_every;
+    let mut ticker = crate::core::progress::Ticker::new("polish step (ChEES-HMC)");
     while leapfrogs < config.steps {
+        ticker.tick(|| format!("{leapfrogs} of at most {} leapfrog steps", config.steps));
         let steps = leapfrog_steps(halton_index, trajectory, eps).min(config.steps - leapfrogs).max(1);
         halton_index += 1;
         let (next, tr) = hmc.transition(state, eps, steps, 0.0, false)?;
@@ -645,7 +647,9 @@ fn mala_run(
     // Scores when autoMALA's kept iterations began (its offer counts gradients, not iterations:
     // an iteration costs two or more).
     let mut auto_from = evals;
+    let mut ticker = crate::core::progress::Ticker::new("polish step (MALA)");
     while steps < config.steps {
+        ticker.tick(|| format!("{steps} of at most {} steps", config.steps));
         let acceptance;
         (state, acceptance) = match kernel {
             PolishKernel::AutoMala => {

@@ -288,7 +288,9 @@ pub fn mala_chains(
     let mut state = (start.clone(), first.log_prob, first.grad);
     let mut accepted = 0.0;
     let fixed = config.fixed_steps();
-    for _ in 0..fixed {
+    let mut ticker = crate::core::progress::Ticker::new("stationarity check (MALA)");
+    for step in 0..fixed {
+        ticker.tick(|| format!("step {step} of {fixed} after {} adapting", config.adapt_steps()));
         let (next, acceptance) = mala.step(state, h)?;
         evals += n;
         state = next;
@@ -394,7 +396,9 @@ impl Mala<'_, '_> {
     pub(crate) fn adapt(&mut self, state: MalaState, h0: f64, steps: usize) -> Result<(MalaState, f64), InferError> {
         let (mut log_h, floor, ceiling) = (h0.ln(), (h0 * MIN_STEP_RATIO).ln(), (h0 * 100.0).ln());
         let mut state = state;
-        for _ in 0..steps {
+        let mut ticker = crate::core::progress::Ticker::new("MALA step-size adaptation");
+        for step in 0..steps {
+            ticker.tick(|| format!("step {step} of {steps}"));
             let (next, acceptance) = self.step(state, log_h.exp())?;
             state = next;
             log_h = (log_h + (acceptance - TARGET_ACCEPTANCE)).clamp(floor, ceiling);

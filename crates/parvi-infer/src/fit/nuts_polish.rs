@@ -44,6 +44,9 @@ pub(super) fn nuts_polish(
 ) -> Result<(Polished, Vec<String>), InferError> {
     let started = Instant::now();
     let [k, d] = starts.dims();
+    crate::core::progress::phase(&format!(
+        "NUTS: {NUTS_CHAINS} chains of {NUTS_WARMUP} warm-up and {NUTS_DRAWS} draws"
+    ));
     let mut inits = chain_inits(target, starts, k, seed)?;
     let frame = dense_frame(kept, d);
     let framed = match &frame {
