@@ -609,6 +609,9 @@ fn run_with(args: FitArgs, collective: Group, user: Option<&UserModel<'_>>) -> R
     run_info.warnings = warnings.clone();
     summary.warnings = warnings.clone();
     let header = summary_header(&run_info, &draws, mcmc && draws.draws_per_chain() >= 4);
+    if !args.common.quiet {
+        eprintln!("parvi: writing {} draws to {}", draws.rows(), out.display());
+    }
     draws.write_csv(&out.join("draws.csv"), &run_info)?;
     write_atomic(&out.join("summary.csv"), stats.to_csv().as_bytes())?;
     write_atomic(&out.join("summary.json"), &serde_json::to_vec_pretty(&summary)?)?;

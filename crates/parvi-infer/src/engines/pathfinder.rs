@@ -670,8 +670,16 @@ pub fn pathfinder(
 
     let mut pending: Vec<Pending> = Vec::new();
     let mut rows: Vec<f64> = Vec::new();
-    for _ in 0..config.max_iters {
+    let mut ticker = crate::core::progress::Ticker::new("pathfinder (L-BFGS)");
+    for iteration in 0..config.max_iters {
         let running: Vec<usize> = (0..n_paths).filter(|&i| paths[i].status.is_none()).collect();
+        ticker.tick(|| {
+            format!(
+                "iteration {iteration} of at most {}, {} of {n_paths} paths running",
+                config.max_iters,
+                running.len()
+            )
+        });
         if running.is_empty() {
             break;
         }
