@@ -113,7 +113,7 @@ pub struct FitCommon {
     /// Output directory (created if missing).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// Hide the progress bar.
+    /// Hide the progress bar, and the phase and progress lines printed on stderr.
     #[arg(long)]
     #[serde(default)]
     pub quiet: bool,

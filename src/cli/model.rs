@@ -193,7 +193,9 @@ where
     F: Fn(&StanData, &Device) -> Result<M, BuildError> + 'static,
 {
     crate::memory::keep_freed_memory();
-    let command = ModelCli::command().name(name).bin_name(name);
+    let command = ModelCli::command().name(name).bin_name(name).about(format!(
+        "Model `{name}` as an executable (parvi): CmdStan's methods on it, each reading its data from --data FILE.json"
+    ));
     let matches = command.get_matches();
     let cli = match ModelCli::from_arg_matches(&matches) {
         Ok(cli) => cli,

@@ -254,7 +254,9 @@ impl AutoMala<'_, '_> {
         let (mut log_eps, mut state, mut evals) = (eps0.ln(), state, 0);
         let window = steps / 4;
         let (mut sum, mut sum_sq, mut count) = (None::<Tensor<2>>, None::<Tensor<2>>, 0usize);
+        let mut ticker = crate::core::progress::Ticker::new("autoMALA warm-up");
         for step in 0..steps {
+            ticker.tick(|| format!("step {step} of {steps}"));
             let (next, report) = self.step(state, log_eps.exp())?;
             state = next;
             evals += report.evals;

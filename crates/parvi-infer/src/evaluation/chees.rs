@@ -492,7 +492,9 @@ impl Chees<'_, '_> {
         let (mut state, mut leapfrogs) = (state, 0usize);
         let mut accept_sum = vec![0.0f64; n];
         let mut second_half = 0usize;
+        let mut ticker = crate::core::progress::Ticker::new("ChEES-HMC warm-up");
         for it in 0..iterations {
+            ticker.tick(|| format!("iteration {it} of {iterations}"));
             let trajectory = adam.log_t.exp();
             let jitter = halton(*halton_index);
             *halton_index += 1;
