@@ -470,6 +470,14 @@ impl StanModel for PosteriorDbModel {
     fn generated(&self, particles: Tensor<2>, rng: &mut dyn rand::Rng) -> Result<Tensor<2>, ModelError> {
         self.target.generated(particles, rng)
     }
+
+    fn constant_names(&self) -> &[String] {
+        self.target.constant_names()
+    }
+
+    fn constants(&self) -> &[f64] {
+        self.target.constants()
+    }
 }
 
 /// A layout error as a [`PosteriorDbError`] of posterior `name`.
