@@ -321,7 +321,7 @@ impl Target {
             Some(file) => StanData::read(file)?,
             None => StanData::empty("(no --data file)"),
         };
-        let model = (user.build)(&data, device).map_err(|e| anyhow::anyhow!("model `{name}`: {e}"))?;
+        let model = (user.build)(&data, device).map_err(|e| super::model::build_error(&name, &*e))?;
         Ok(Target::User { name, model, data: args.data.clone() })
     }
 

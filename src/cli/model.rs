@@ -102,10 +102,26 @@ fn info(user: &UserModel<'_>, args: InfoArgs) -> anyhow::Result<()> {
         Some(file) => StanData::read(file)?,
         None => StanData::empty("(no --data file)"),
     };
-    let model = (user.build)(&data, &device).map_err(|e| anyhow::anyhow!("model `{}`: {e}", user.name))?;
+    let model = (user.build)(&data, &device).map_err(|e| build_error(user.name, &*e))?;
     println!("model = {}", user.name);
     println!("unconstrained dimension = {}", model.dim());
     println!("parameters and transformed parameters = {}", model.names().join(", "));
     println!("generated quantities = {}", model.generated_names().join(", "));
+    let constants: Vec<String> =
+        model.constant_names().iter().zip(model.constants()).map(|(name, v)| format!("{name} = {v}")).collect();
+    println!("transformed data = {}", constants.join(", "));
     Ok(())
+}
+
+/// A builder's error for the command line. A DSL constructor's error on an argument (a scale, a
+/// count) whose value came from the data file names the distribution's argument but not the
+/// field: the message says how the builder names it.
+pub(crate) fn build_error(name: &str, error: &(dyn std::error::Error + Send + Sync + 'static)) -> anyhow::Error {
+    let hint = match error.downcast_ref::<parvi_model::ModelError>().and_then(parvi_model::ModelError::argument) {
+        Some(_) => {
+            " (if this value comes from the data file, the model's builder names its field by building it inside `data.check(\"field\", ...)`)"
+        }
+        None => "",
+    };
+    anyhow::anyhow!("model `{name}`: {error}{hint}")
 }
