@@ -202,7 +202,12 @@ impl StanData {
     /// `int field;`
     pub fn int(&self, field: &str) -> Result<i64, StanDataError> {
         let value = self.get(field)?;
-        as_int(value).ok_or_else(|| self.invalid(field, None, format!("expected an integer, found {}", show(value))))
+        let v = as_int(value)
+            .ok_or_else(|| self.invalid(field, None, format!("expected an integer, found {}", show(value))))?;
+        if !INT_RANGE.contains(&v) {
+            return Err(self.invalid(field, None, int_range_reason(v)));
+        }
+        Ok(v)
     }
 
     /// `int<lower=0> field;`, as a count (a size other fields are declared with).
@@ -325,6 +330,10 @@ impl StanData {
     /// An int array of any `shape` (outermost first), row-major.
     pub fn int_array<'a>(&'a self, field: &'a str, shape: &[Len<'a>]) -> Result<Ints<'a>, StanDataError> {
         let (shape, values) = self.elements(field, shape, "an integer", as_int)?;
+        if let Some(i) = values.iter().position(|v| !INT_RANGE.contains(v)) {
+            let at = (!shape.is_empty()).then(|| element(&unflatten(i, &shape)));
+            return Err(self.invalid(field, at, int_range_reason(values[i])));
+        }
         Ok(Ints { data: self, field, shape, values })
     }
 
@@ -684,9 +693,18 @@ fn range_text<T: Display>(bounds: &impl RangeBounds<T>) -> String {
 }
 
 /// An integer, from an integer literal or a float with no fractional part (some writers emit
-/// `3.0` for an int).
+/// `3.0` for an int). The readers then hold it to Stan's 32-bit `int` ([`INT_RANGE`]).
 fn as_int(value: &Value) -> Option<i64> {
     value.as_i64().or_else(|| value.as_f64().filter(|v| v.fract() == 0.0 && v.abs() < 9.0e15).map(|v| v as i64))
+}
+
+/// Stan's `int` is 32-bit (CmdStan refuses a larger value in a data file; burn's int tensors,
+/// which index arrays become, are 32-bit on some backends).
+const INT_RANGE: std::ops::RangeInclusive<i64> = (i32::MIN as i64)..=(i32::MAX as i64);
+
+/// Why an int is out of [`INT_RANGE`].
+fn int_range_reason(v: i64) -> String {
+    format!("value {v} is outside Stan's 32-bit int range {}..={}", i32::MIN, i32::MAX)
 }
 
 /// A real: a number, or one of the strings Stan's JSON uses for non-finite values.
@@ -775,6 +793,11 @@ mod tests {
 
     #[test]
     fn scalar_bounds_name_the_field_and_the_rule() {
+        let big = data(r#"{"M": 3000000000, "m": [1, -2147483649]}"#);
+        let e = big.int("M").unwrap_err().to_string();
+        assert!(e.contains("`M`: value 3000000000 is outside Stan's 32-bit int range"), "{e}");
+        let e = big.ints("m", 2).unwrap_err().to_string();
+        assert!(e.contains("`m`, element [2]: value -2147483649 is outside"), "{e}");
         let d = data(r#"{"K": 0, "J": 3, "r_e": 0, "p": 1.5, "nan": "NaN", "k": [0, 1, 2]}"#);
         let e = d.int_in("K", 1..).unwrap_err().to_string();
         assert!(e.contains("field `K`: value 0 is below the lower bound 1 declared in the data block"), "{e}");

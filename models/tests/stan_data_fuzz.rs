@@ -132,7 +132,7 @@ fn mutated_stan_data_files_give_data_or_an_error_naming_a_field_or_a_position() 
     let device = BackendKind::Flex.device().unwrap();
     let base: Value = serde_json::from_str(BASE).unwrap();
     read_data_block(&StanData::parse(BASE, "fuzz.json").unwrap(), &device).expect("the base file fits its block");
-    let cases: usize = std::env::var("PARVI_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(1500);
+    let cases: usize = std::env::var("PARVI_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
     let mut rng = SmallRng::seed_from_u64(0x5747_DA7A);
     let (mut accepted, mut by_field, mut by_position) = (0, 0, 0);
     for case in 0..cases {
