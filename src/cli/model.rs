@@ -125,3 +125,18 @@ pub(crate) fn build_error(name: &str, error: &(dyn std::error::Error + Send + Sy
     };
     anyhow::anyhow!("model `{name}`: {error}{hint}")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{BuildError, build_error};
+
+    #[test]
+    fn a_dsl_argument_error_says_how_the_builder_names_its_data_field() {
+        let dsl: BuildError = Box::new(parvi_model::dist::Exponential::<2>::new(0.0).unwrap_err());
+        let message = build_error("m", &*dsl).to_string();
+        assert!(message.starts_with("model `m`: parameter `rate` of Exponential"), "{message}");
+        assert!(message.contains("data.check(\"field\", ...)"), "{message}");
+        let own: BuildError = "no spread".into();
+        assert_eq!(build_error("m", &*own).to_string(), "model `m`: no spread");
+    }
+}
