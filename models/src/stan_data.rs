@@ -24,9 +24,12 @@
 //! into what a `Program` holds (a `[1, ...]` data tensor, 0-based indices for
 //! `parvi_model::tensor_ops` gathers).
 
+use std::fmt::Display;
+use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
+use parvi_model::ModelError;
 use serde_json::{Map, Value};
 use thiserror::Error;
 
@@ -89,6 +92,15 @@ pub enum StanDataError {
         element: Option<String>,
         /// What is wrong with it.
         reason: String,
+    },
+    /// A value built from the data ([`StanData::check_args`]) failed on an argument the builder
+    /// tied to no field.
+    #[error("data file {}: {error}", file.display())]
+    Built {
+        /// The file.
+        file: PathBuf,
+        /// The DSL's error.
+        error: ModelError,
     },
 }
 
@@ -190,7 +202,12 @@ impl StanData {
     /// `int field;`
     pub fn int(&self, field: &str) -> Result<i64, StanDataError> {
         let value = self.get(field)?;
-        as_int(value).ok_or_else(|| self.invalid(field, None, format!("expected an integer, found {}", show(value))))
+        let v = as_int(value)
+            .ok_or_else(|| self.invalid(field, None, format!("expected an integer, found {}", show(value))))?;
+        if !INT_RANGE.contains(&v) {
+            return Err(self.invalid(field, None, int_range_reason(v)));
+        }
+        Ok(v)
     }
 
     /// `int<lower=0> field;`, as a count (a size other fields are declared with).
@@ -204,6 +221,83 @@ impl StanData {
     pub fn real(&self, field: &str) -> Result<f64, StanDataError> {
         let value = self.get(field)?;
         as_real(value).ok_or_else(|| self.invalid(field, None, format!("expected a real, found {}", show(value))))
+    }
+
+    /// `int<lower=a, upper=b> field;`: the int, checked against Stan's inclusive bounds written
+    /// as a Rust range: `data.int_in("K", 1..)?` is `int<lower=1> K`, `..=10` is `<upper=10>`,
+    /// `0..=1` both; an upper bound from another field is `1..=data.int("J")?`.
+    pub fn int_in(&self, field: &str, bounds: impl RangeBounds<i64>) -> Result<i64, StanDataError> {
+        let v = self.int(field)?;
+        within(v, &bounds).map_err(|why| self.invalid(field, None, format!("value {v} {why}")))?;
+        Ok(v)
+    }
+
+    /// `int<lower=a, upper=b> field;` as a size (`int<lower=1> J`: `data.size_in("J", 1..)?`).
+    pub fn size_in(&self, field: &str, bounds: impl RangeBounds<usize>) -> Result<usize, StanDataError> {
+        let v = self.size(field)?;
+        within(v, &bounds).map_err(|why| self.invalid(field, None, format!("value {v} {why}")))?;
+        Ok(v)
+    }
+
+    /// `real<lower=a, upper=b> field;`: `data.real_in("r_e", 0.0..)?` is `real<lower=0> r_e`,
+    /// `0.0..=1.0` a probability. NaN fails any bound, as in Stan.
+    pub fn real_in(&self, field: &str, bounds: impl RangeBounds<f64>) -> Result<f64, StanDataError> {
+        let v = self.real(field)?;
+        within(v, &bounds).map_err(|why| self.invalid(field, None, format!("value {v} {why}")))?;
+        Ok(v)
+    }
+
+    /// A value built from field `field`'s data (a distribution's constructor given a datum or a
+    /// data tensor, an ODE's output times through `ode::check_times`), its error named by the
+    /// field: the DSL names its own argument ("parameter `rate` of Exponential"), this names the
+    /// data field and, where the DSL gives one, the element, 1-based as Stan prints it
+    /// (`field y, element [3]: `counts` of PoissonLog: must be whole numbers >= 0, got -1`).
+    ///
+    /// ```no_run
+    /// # use parvi_model::dist::{Exponential, PoissonLog};
+    /// # fn f(data: &parvi_models::stan_data::StanData, device: &parvi_model::burn::tensor::Device)
+    /// # -> Result<(), parvi_models::stan_data::StanDataError> {
+    /// let r_e = data.real_in("r_e", 0.0..)?;
+    /// let prior = data.check("r_e", Exponential::<2>::new(r_e))?; // r_e = 0 is refused here
+    /// let y = data.ints("y", "N")?.tensor(device);
+    /// let likelihood = data.check("y", PoissonLog::new(y))?; // a negative count, by element
+    /// # let _ = (prior, likelihood); Ok(()) }
+    /// ```
+    pub fn check<T, E: Into<ModelError>>(&self, field: &str, built: Result<T, E>) -> Result<T, StanDataError> {
+        built.map_err(|error| self.named(field, &error.into()))
+    }
+
+    /// As [`StanData::check`] for a value built from several fields: `fields` pairs each of the
+    /// DSL's argument names with the data field it was given (`&[("counts", "y"), ("trials",
+    /// "K")]` for `BinomialLogit::new(y, K)`). An error on an argument not listed keeps the
+    /// DSL's words ([`StanDataError::Built`]).
+    pub fn check_args<T, E: Into<ModelError>>(
+        &self,
+        fields: &[(&str, &str)],
+        built: Result<T, E>,
+    ) -> Result<T, StanDataError> {
+        built.map_err(|error| {
+            let error = error.into();
+            let field = error.argument().and_then(|a| fields.iter().find(|(arg, _)| *arg == a.name)).map(|f| f.1);
+            match field {
+                Some(field) => self.named(field, &error),
+                None => StanDataError::Built { file: self.file.clone(), error },
+            }
+        })
+    }
+
+    /// `error` as an error of `field`, its element (0-based row-major in the DSL's argument)
+    /// printed 1-based against the field's shape in the file.
+    fn named(&self, field: &str, error: &ModelError) -> StanDataError {
+        let Some(argument) = error.argument() else {
+            return self.invalid(field, None, error.to_string());
+        };
+        let shape = self.fields.get(field).map(json_shape).unwrap_or_default();
+        let element = argument.element.map(|flat| {
+            let size: usize = shape.iter().product();
+            if shape.is_empty() || flat >= size { element(&[flat]) } else { element(&unflatten(flat, &shape)) }
+        });
+        self.invalid(field, element, format!("`{}` of {}: {}", argument.name, argument.owner, argument.reason))
     }
 
     /// `vector[len] field;` or `array[len] real field;`
@@ -236,6 +330,10 @@ impl StanData {
     /// An int array of any `shape` (outermost first), row-major.
     pub fn int_array<'a>(&'a self, field: &'a str, shape: &[Len<'a>]) -> Result<Ints<'a>, StanDataError> {
         let (shape, values) = self.elements(field, shape, "an integer", as_int)?;
+        if let Some(i) = values.iter().position(|v| !INT_RANGE.contains(v)) {
+            let at = (!shape.is_empty()).then(|| element(&unflatten(i, &shape)));
+            return Err(self.invalid(field, at, int_range_reason(values[i])));
+        }
         Ok(Ints { data: self, field, shape, values })
     }
 
@@ -250,7 +348,10 @@ impl StanData {
     ) -> Result<(Vec<usize>, Vec<T>), StanDataError> {
         let labels = labels(shape);
         let shape = self.shape(field, shape)?;
-        let mut values = Vec::with_capacity(shape.iter().product());
+        // A size field may claim more values than the file holds (the walk then refuses it):
+        // reserve no more than a modest block up front.
+        let size = shape.iter().try_fold(1usize, |a, &b| a.checked_mul(b)).unwrap_or(usize::MAX);
+        let mut values = Vec::with_capacity(size.min(1 << 16));
         self.walk(field, self.get(field)?, (&shape, &labels), &mut Vec::new(), &mut |index, v| match parse(v) {
             Some(x) => {
                 values.push(x);
@@ -341,6 +442,46 @@ fn labels<'a>(shape: &[Len<'a>]) -> Vec<Option<&'a str>> {
     shape.iter().map(|len| if let Len::Field(name) = *len { Some(name) } else { None }).collect()
 }
 
+/// The shape of a JSON value as nested arrays (the first element's, at each depth): `[]` for a
+/// scalar.
+fn json_shape(value: &Value) -> Vec<usize> {
+    let mut shape = Vec::new();
+    let mut at = value;
+    while let Value::Array(items) = at {
+        shape.push(items.len());
+        match items.first() {
+            Some(first) => at = first,
+            None => break,
+        }
+    }
+    shape
+}
+
+/// Whether `v` lies within Stan's `bounds`; otherwise why not, worded for an error.
+fn within<T: PartialOrd + Display>(v: T, bounds: &impl RangeBounds<T>) -> Result<(), String> {
+    use std::cmp::Ordering::{Equal, Greater, Less};
+    // A NaN compares as `None`: outside every bound, as Stan's checks find it.
+    let declared = "declared in the data block";
+    match bounds.start_bound() {
+        Bound::Included(lo) if !matches!(v.partial_cmp(lo), Some(Greater | Equal)) => {
+            return Err(format!("is below the lower bound {lo} {declared}"));
+        }
+        Bound::Excluded(lo) if v.partial_cmp(lo) != Some(Greater) => {
+            return Err(format!("must be above {lo}, as the data block declares"));
+        }
+        _ => {}
+    }
+    match bounds.end_bound() {
+        Bound::Included(hi) if !matches!(v.partial_cmp(hi), Some(Less | Equal)) => {
+            Err(format!("is above the upper bound {hi} {declared}"))
+        }
+        Bound::Excluded(hi) if v.partial_cmp(hi) != Some(Less) => {
+            Err(format!("must be below {hi}, as the data block declares"))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Stan's 1-based element index: `[3]`, `[2,1]`.
 fn element(index: &[usize]) -> String {
     let parts: Vec<String> = index.iter().map(|i| (i + 1).to_string()).collect();
@@ -390,6 +531,15 @@ impl<'a> Reals<'a> {
     /// `<upper=bound>`: every value `<= bound`.
     pub fn upper(self, bound: f64) -> Result<Self, StanDataError> {
         self.check(|v| v <= bound, || format!("is above the upper bound {bound} declared in the data block"))
+    }
+
+    /// Every value within Stan's inclusive `bounds`, written as a Rust range (`0.0..=1.0` is
+    /// `<lower=0, upper=1>`), as [`StanData::real_in`] for a scalar.
+    pub fn within(self, bounds: impl RangeBounds<f64>) -> Result<Self, StanDataError> {
+        self.check(
+            |v| within(v, &bounds).is_ok(),
+            || format!("is outside the bounds {} declared in the data block", range_text(&bounds)),
+        )
     }
 
     /// Every value `> 0`, for the reason given (a log the model takes, a scale it divides by):
@@ -467,6 +617,13 @@ impl<'a> Ints<'a> {
         self.check(|v| v <= bound, &format!("is above the upper bound {bound} declared in the data block"))
     }
 
+    /// Every value within Stan's inclusive `bounds`, written as a Rust range (`0..=1` is
+    /// `<lower=0, upper=1>`), as [`StanData::int_in`] for a scalar.
+    pub fn within(self, bounds: impl RangeBounds<i64>) -> Result<Self, StanDataError> {
+        let why = format!("is outside the bounds {} declared in the data block", range_text(&bounds));
+        self.check(|v| within(v, &bounds).is_ok(), &why)
+    }
+
     /// `<upper=K>` where `K` is the `int` field `field` (an index into a group of size `K`).
     pub fn upper_field(self, field: &str) -> Result<Self, StanDataError> {
         let bound = self.data.int(field)?;
@@ -520,10 +677,34 @@ impl<'a> Ints<'a> {
     }
 }
 
+/// Bounds as Stan declares them: `<lower=0, upper=1>`.
+fn range_text<T: Display>(bounds: &impl RangeBounds<T>) -> String {
+    let lower = match bounds.start_bound() {
+        Bound::Included(lo) => Some(format!("lower={lo}")),
+        Bound::Excluded(lo) => Some(format!("lower={lo} (excluded)")),
+        Bound::Unbounded => None,
+    };
+    let upper = match bounds.end_bound() {
+        Bound::Included(hi) => Some(format!("upper={hi}")),
+        Bound::Excluded(hi) => Some(format!("upper={hi} (excluded)")),
+        Bound::Unbounded => None,
+    };
+    format!("<{}>", lower.into_iter().chain(upper).collect::<Vec<_>>().join(", "))
+}
+
 /// An integer, from an integer literal or a float with no fractional part (some writers emit
-/// `3.0` for an int).
+/// `3.0` for an int). The readers then hold it to Stan's 32-bit `int` ([`INT_RANGE`]).
 fn as_int(value: &Value) -> Option<i64> {
     value.as_i64().or_else(|| value.as_f64().filter(|v| v.fract() == 0.0 && v.abs() < 9.0e15).map(|v| v as i64))
+}
+
+/// Stan's `int` is 32-bit (CmdStan refuses a larger value in a data file; burn's int tensors,
+/// which index arrays become, are 32-bit on some backends).
+const INT_RANGE: std::ops::RangeInclusive<i64> = (i32::MIN as i64)..=(i32::MAX as i64);
+
+/// Why an int is out of [`INT_RANGE`].
+fn int_range_reason(v: i64) -> String {
+    format!("value {v} is outside Stan's 32-bit int range {}..={}", i32::MIN, i32::MAX)
 }
 
 /// A real: a number, or one of the strings Stan's JSON uses for non-finite values.
@@ -608,6 +789,74 @@ mod tests {
         assert!(e.contains("`neg`") && e.contains("below the lower bound 0"), "{e}");
         assert!(d.ints("jj", 3).unwrap().indices(3).unwrap_err().to_string().contains("index 4 is outside 1..=3"));
         assert_eq!(d.ints("jj", 3).unwrap().indices(4).unwrap(), vec![0, 3, 1]);
+    }
+
+    #[test]
+    fn scalar_bounds_name_the_field_and_the_rule() {
+        let big = data(r#"{"M": 3000000000, "m": [1, -2147483649]}"#);
+        let e = big.int("M").unwrap_err().to_string();
+        assert!(e.contains("`M`: value 3000000000 is outside Stan's 32-bit int range"), "{e}");
+        let e = big.ints("m", 2).unwrap_err().to_string();
+        assert!(e.contains("`m`, element [2]: value -2147483649 is outside"), "{e}");
+        let d = data(r#"{"K": 0, "J": 3, "r_e": 0, "p": 1.5, "nan": "NaN", "k": [0, 1, 2]}"#);
+        let e = d.int_in("K", 1..).unwrap_err().to_string();
+        assert!(e.contains("field `K`: value 0 is below the lower bound 1 declared in the data block"), "{e}");
+        assert_eq!(d.int_in("J", 1..=3).unwrap(), 3);
+        let e = d.int_in("J", ..=2).unwrap_err().to_string();
+        assert!(e.contains("`J`: value 3 is above the upper bound 2"), "{e}");
+        assert_eq!(d.size_in("J", 1..).unwrap(), 3);
+        assert!(d.size_in("K", 1..).unwrap_err().to_string().contains("`K`: value 0 is below the lower bound 1"));
+        assert_eq!(d.real_in("r_e", 0.0..).unwrap(), 0.0);
+        let e = d.real_in("p", 0.0..=1.0).unwrap_err().to_string();
+        assert!(e.contains("`p`: value 1.5 is above the upper bound 1"), "{e}");
+        // NaN passes no bound, as in Stan.
+        assert!(d.real_in("nan", 0.0..).unwrap_err().to_string().contains("`nan`"));
+        assert!(d.real_in("nan", ..).unwrap().is_nan());
+        let e = d.ints("k", 3).unwrap().within(0..=1).unwrap_err().to_string();
+        assert!(e.contains("`k`, element [3]: value 2 is outside the bounds <lower=0, upper=1>"), "{e}");
+        let e = d.vector("k", 3).unwrap().within(1.0..).unwrap_err().to_string();
+        assert!(e.contains("`k`, element [1]: value 0 is outside the bounds <lower=1>"), "{e}");
+    }
+
+    #[test]
+    fn a_constructor_error_names_the_data_field_and_its_element() {
+        use parvi_model::dist::{BinomialLogit, Exponential, Normal, PoissonLog};
+        let device = parvi_model::BackendKind::Flex.device().unwrap();
+        let d = data(
+            r#"{"N": 4, "r_e": 0, "y": [3, 0, -1, 2], "K": [5, -1, 1, 5], "ts": [1, 2, 3, 4, 5, 5, 7],
+                "Y": [[1, 2], [3, -4]], "s": 0}"#,
+        );
+        // A zero rate, and a zero scale: the data field, not the distribution's argument alone.
+        let r_e = d.real_in("r_e", 0.0..).unwrap();
+        let e = d.check("r_e", Exponential::<2>::new(r_e)).unwrap_err().to_string();
+        assert!(e.contains("d.json: field `r_e`: `rate` of Exponential: must be finite and > 0, got 0"), "{e}");
+        let e = d.check("s", Normal::<2>::new(0.0, d.real("s").unwrap())).unwrap_err();
+        assert_eq!(e.field(), Some("s"));
+        assert!(e.to_string().contains("`scale` of Normal"), "{e}");
+        // A negative count, by its 1-based element.
+        let y = d.ints("y", "N").unwrap().tensor(&device);
+        let e = d.check("y", PoissonLog::new(y.clone())).unwrap_err().to_string();
+        assert!(
+            e.contains("field `y`, element [3]: `counts` of PoissonLog: must be whole numbers >= 0, got -1"),
+            "{e}"
+        );
+        // Two fields into one constructor: each argument to its own field.
+        let k = d.ints("K", "N").unwrap().tensor(&device);
+        let y_ok = Tensor::<1>::from_floats([3.0f32, 0.0, 2.0, 2.0], &device).reshape([1, 4]);
+        let e = d.check_args(&[("counts", "y"), ("trials", "K")], BinomialLogit::new(y_ok, k)).unwrap_err();
+        assert!(e.to_string().contains("field `K`, element [2]: `trials` of BinomialLogit"), "{e}");
+        let e = d.check_args(&[("trials", "K")], PoissonLog::new(y)).unwrap_err();
+        assert!(matches!(e, StanDataError::Built { .. }) && e.to_string().contains("`counts` of PoissonLog"), "{e}");
+        // A matrix field: the element by row and column.
+        let m = d.matrix("Y", 2, 2).unwrap().matrix_tensor(&device).unwrap();
+        let e = d.check("Y", PoissonLog::new(m)).unwrap_err().to_string();
+        assert!(e.contains("field `Y`, element [2,2]"), "{e}");
+        // A repeated output time: Stan's 1-based element, where the DSL's slice index is 5.
+        let ts = d.vector("ts", 7).unwrap();
+        let e = d.check("ts", parvi_model::ode::check_times(0.0, ts.values())).unwrap_err();
+        let e = e.to_string();
+        assert!(e.contains("field `ts`, element [6]") && e.contains("strictly increasing"), "{e}");
+        assert!(!e.contains("ts[5]"), "{e}");
     }
 
     #[test]

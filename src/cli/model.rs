@@ -240,7 +240,7 @@ pub(crate) fn build_model(user: &UserModel<'_>, data: Option<&Path>, device: &De
                 user.name
             );
         }
-        anyhow::anyhow!("model `{}`: {e}", user.name)
+        build_error(user.name, &*e)
     })
 }
 
@@ -371,5 +371,36 @@ fn info(user: &UserModel<'_>, args: InfoArgs) -> Result<()> {
     println!("unconstrained dimension = {}", model.dim());
     println!("parameters and transformed parameters = {}", model.names().join(", "));
     println!("generated quantities = {}", model.generated_names().join(", "));
+    let constants: Vec<String> =
+        model.constant_names().iter().zip(model.constants()).map(|(name, v)| format!("{name} = {v}")).collect();
+    println!("transformed data = {}", constants.join(", "));
     Ok(())
+}
+
+/// A builder's error for the command line. A DSL constructor's error on an argument (a scale, a
+/// count) whose value came from the data file names the distribution's argument but not the
+/// field: the message says how the builder names it.
+pub(crate) fn build_error(name: &str, error: &(dyn std::error::Error + Send + Sync + 'static)) -> anyhow::Error {
+    let hint = match error.downcast_ref::<parvi_model::ModelError>().and_then(parvi_model::ModelError::argument) {
+        Some(_) => {
+            " (if this value comes from the data file, the model's builder names its field by building it inside `data.check(\"field\", ...)`)"
+        }
+        None => "",
+    };
+    anyhow::anyhow!("model `{name}`: {error}{hint}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{BuildError, build_error};
+
+    #[test]
+    fn a_dsl_argument_error_says_how_the_builder_names_its_data_field() {
+        let dsl: BuildError = Box::new(parvi_model::dist::Exponential::<2>::new(0.0).unwrap_err());
+        let message = build_error("m", &*dsl).to_string();
+        assert!(message.starts_with("model `m`: parameter `rate` of Exponential"), "{message}");
+        assert!(message.contains("data.check(\"field\", ...)"), "{message}");
+        let own: BuildError = "no spread".into();
+        assert_eq!(build_error("m", &*own).to_string(), "model `m`: no spread");
+    }
 }

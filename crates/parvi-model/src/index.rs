@@ -37,7 +37,12 @@ impl IndexArray {
             return Err(invalid(name, "is empty: an index array needs at least one entry".into()));
         }
         if let Some((at, &i)) = indices.iter().enumerate().find(|&(_, &i)| i >= size) {
-            return Err(invalid(name, format!("entry {at} is {i}, out of range for an axis of {size} (0-based)")));
+            return Err(ModelError::InvalidElement {
+                dist: "index",
+                name,
+                element: at,
+                reason: format!("index {i} is out of range for an axis of {size} (0-based)"),
+            });
         }
         let values: Vec<i64> = indices.iter().map(|&i| i as i64).collect();
         let indices = Tensor::<1, Int>::from_data(TensorData::new(values, [indices.len()]), device);
@@ -50,7 +55,12 @@ impl IndexArray {
     /// If an index is below 1 or above `size`, or the array is empty.
     pub fn from_stan(name: &'static str, indices: &[i64], size: usize, device: &Device) -> Result<Self, ModelError> {
         if let Some((at, &i)) = indices.iter().enumerate().find(|&(_, &i)| i < 1 || i as u64 > size as u64) {
-            return Err(invalid(name, format!("entry {at} is {i}, out of range 1..={size} (Stan's 1-based indices)")));
+            return Err(ModelError::InvalidElement {
+                dist: "index",
+                name,
+                element: at,
+                reason: format!("index {i} is out of range 1..={size} (Stan's 1-based indices)"),
+            });
         }
         let zero_based: Vec<usize> = indices.iter().map(|&i| (i - 1) as usize).collect();
         Self::new(name, &zero_based, size, device)

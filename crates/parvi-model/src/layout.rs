@@ -747,6 +747,35 @@ impl Unpacked<'_> {
         Ok(self.values[i].clone())
     }
 
+    /// One element of block `name`, `[n, 1]`, at Stan's 1-based `index` (`beta[2]` is
+    /// `element("beta", &[2])`, `L[2,1]` is `element("L", &[2, 1])`).
+    ///
+    /// # Errors
+    /// [`ModelError::UnknownBlock`], or [`ModelError::InvalidBlock`] for an index of the wrong
+    /// rank or outside `1..=len` on an axis.
+    pub fn element(&self, name: &str, index: &[usize]) -> Result<Tensor<2>, ModelError> {
+        let i = self.index(name)?;
+        let shape = &self.layout.blocks[i].shape;
+        let bad = |reason: String| ModelError::InvalidBlock { name: name.to_string(), reason };
+        if index.len() != shape.len() {
+            return Err(bad(format!(
+                "block has shape {shape:?}: an element takes {} indices, got {index:?}",
+                shape.len()
+            )));
+        }
+        let mut flat = 0;
+        for (axis, (&at, &len)) in index.iter().zip(shape).enumerate() {
+            if at < 1 || at > len {
+                return Err(bad(format!(
+                    "index {at} on axis {} is outside 1..={len} (Stan's 1-based indices)",
+                    axis + 1
+                )));
+            }
+            flat = flat * len + (at - 1);
+        }
+        Ok(self.values[i].clone().narrow(1, flat, 1))
+    }
+
     /// Block `name` with its shape: `[n, shape...]`, `D = 1 + shape.len()`.
     pub fn get<const D: usize>(&self, name: &str) -> Result<Tensor<D>, ModelError> {
         let i = self.index(name)?;

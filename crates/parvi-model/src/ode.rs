@@ -83,11 +83,13 @@ impl OdeOptions {
 /// Why an ODE solve failed. Numerical failures name the first offending particle (row of `y0`).
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum OdeError {
-    #[error("ODE argument `{name}`: {reason}")]
+    #[error("ODE argument `{name}`{}: {reason}", element.map(|e| format!(", element [{}] (1-based)", e + 1)).unwrap_or_default())]
     /// An argument is unusable (`ts`, `t0`, `y0`, `theta`, `f`, `rel_tol`, `abs_tol`, `max_num_steps`).
     InvalidArgument {
         /// Name of the argument.
         name: &'static str,
+        /// The element at fault, 0-based (`ts`'s position), where one is.
+        element: Option<usize>,
         /// What is wrong with it.
         reason: String,
     },
@@ -259,7 +261,34 @@ where
 }
 
 fn invalid(name: &'static str, reason: impl Into<String>) -> OdeError {
-    OdeError::InvalidArgument { name, reason: reason.into() }
+    OdeError::InvalidArgument { name, element: None, reason: reason.into() }
+}
+
+/// Stan's checks of the output times: finite, strictly increasing, the first after `t0`. Run
+/// by every solve; a builder calls it once on times read from data, so that a bad time is
+/// reported when the model is built (`StanData::check` then names the data field and element).
+///
+/// # Errors
+/// [`OdeError::InvalidArgument`] naming `t0` or `ts` and, for `ts`, the 0-based element.
+pub fn check_times(t0: f64, ts: &[f64]) -> Result<(), OdeError> {
+    let at = |element: usize, reason: String| OdeError::InvalidArgument { name: "ts", element: Some(element), reason };
+    if !t0.is_finite() {
+        return Err(invalid("t0", format!("must be finite, got {t0}")));
+    }
+    let Some(&first) = ts.first() else { return Err(invalid("ts", "no output times")) };
+    if let Some(i) = ts.iter().position(|t| !t.is_finite()) {
+        return Err(at(i, format!("{} is not finite", ts[i])));
+    }
+    if first <= t0 {
+        return Err(at(0, format!("the first output time {first} must be greater than t0 = {t0}")));
+    }
+    if let Some(i) = ts.windows(2).position(|w| w[1] <= w[0]) {
+        return Err(at(
+            i + 1,
+            format!("must be strictly increasing, but {} follows the time before it, {}", ts[i + 1], ts[i]),
+        ));
+    }
+    Ok(())
 }
 
 fn validate(y0: &Tensor<2>, t0: f64, ts: &[f64], theta: &Tensor<2>, o: &OdeOptions) -> Result<[usize; 2], OdeError> {
@@ -272,22 +301,7 @@ fn validate(y0: &Tensor<2>, t0: f64, ts: &[f64], theta: &Tensor<2>, o: &OdeOptio
     if o.max_num_steps == 0 {
         return Err(invalid("max_num_steps", "must be positive"));
     }
-    if !t0.is_finite() {
-        return Err(invalid("t0", format!("must be finite, got {t0}")));
-    }
-    let Some(&first) = ts.first() else { return Err(invalid("ts", "no output times")) };
-    if let Some(i) = ts.iter().position(|t| !t.is_finite()) {
-        return Err(invalid("ts", format!("ts[{i}] = {} is not finite", ts[i])));
-    }
-    if first <= t0 {
-        return Err(invalid("ts", format!("ts[0] = {first} must be greater than t0 = {t0}")));
-    }
-    if let Some(i) = ts.windows(2).position(|w| w[1] <= w[0]) {
-        return Err(invalid(
-            "ts",
-            format!("must be strictly increasing, but ts[{}] = {} <= ts[{i}] = {}", i + 1, ts[i + 1], ts[i]),
-        ));
-    }
+    check_times(t0, ts)?;
     let [n, s] = y0.dims();
     if n == 0 || s == 0 {
         return Err(invalid("y0", format!("shape [{n}, {s}] has no particles or no states")));

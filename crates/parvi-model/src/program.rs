@@ -60,6 +60,17 @@ pub trait Program: std::fmt::Debug + Send + Sync {
         None
     }
 
+    /// The `transformed data` a user wants reported: constants computed once from the data
+    /// (a standardised predictor's mean and sd, a design matrix's column scales), declared on
+    /// [`Constants`]. Run once, by [`Compiled::new`]; the values are held once, on the host, and
+    /// reported once (never a copy per draw or per particle). The data themselves, as the model
+    /// uses them, live in the program's fields, computed in its constructor (`[1, k]` tensors,
+    /// which broadcast against `[n, k]` parameters). The default declares none.
+    fn transformed_data(&self, out: &mut Constants) -> Result<(), ModelError> {
+        let _ = out;
+        Ok(())
+    }
+
     /// The `generated quantities` block, run after the fit on the draws (all at once, `[n, ...]`):
     /// posterior predictive replications from [`Generated`]'s seeded `_rng` functions, the
     /// pointwise `log_lik` that PSIS-LOO reads, any derived quantity; each declared with
@@ -68,6 +79,31 @@ pub trait Program: std::fmt::Debug + Send + Sync {
     fn generated(&self, p: &Vars, out: &mut Generated) -> Result<(), ModelError> {
         let _ = (p, out);
         Ok(())
+    }
+}
+
+/// The transformed data a program reports ([`Program::transformed_data`]): each constant's
+/// name, its Stan shape and its values, held once.
+#[derive(Clone, Debug, Default)]
+pub struct Constants {
+    outputs: Vec<(String, Option<Vec<usize>>, Vec<f64>)>,
+}
+
+impl Constants {
+    /// Declares constant `name`: one value is reported under its bare name (a Stan `real`),
+    /// more as a vector `name[i]`.
+    pub fn output(&mut self, name: &str, values: &[f64]) {
+        self.outputs.push((name.to_string(), None, values.to_vec()));
+    }
+
+    /// Declares constant `name` of Stan shape `shape` (`&[]`: a scalar), its values row-major.
+    pub fn output_shaped(&mut self, name: &str, shape: &[usize], values: &[f64]) {
+        self.outputs.push((name.to_string(), Some(shape.to_vec()), values.to_vec()));
+    }
+
+    /// Declares constant `name` from a data tensor `[1, size]` (as [`Constants::output`]).
+    pub fn output_tensor(&mut self, name: &str, value: &Tensor<2>) {
+        self.output(name, &crate::tensor_ops::to_vec_f64(value));
     }
 }
 
@@ -87,6 +123,17 @@ pub trait StanModel: LogDensity {
 
     /// Stan's names of the generated quantities (empty without a generated-quantities block).
     fn generated_names(&self) -> &[String] {
+        &[]
+    }
+
+    /// Stan's names of the reported transformed data ([`Program::transformed_data`]):
+    /// constants, each one value for the whole run (empty by default).
+    fn constant_names(&self) -> &[String] {
+        &[]
+    }
+
+    /// The values of [`StanModel::constant_names`], in their order.
+    fn constants(&self) -> &[f64] {
         &[]
     }
 
@@ -183,6 +230,13 @@ impl Vars<'_> {
     /// `get_shaped::<3>`).
     pub fn get_shaped<const D: usize>(&self, name: &str) -> Result<Tensor<D>, ModelError> {
         self.unpacked.get(name)
+    }
+
+    /// One element of parameter `name`, `[n, 1]`, at Stan's 1-based `index`: Stan's `beta[1]`
+    /// is `p.element("beta", [1])?`, `L[2,1]` is `p.element("L", [2, 1])?` (one index per axis
+    /// of the block's shape). An index outside the block is an error naming it.
+    pub fn element<const K: usize>(&self, name: &str, index: [usize; K]) -> Result<Tensor<2>, ModelError> {
+        self.unpacked.element(name, &index)
     }
 
     /// Number of particles `n`.
@@ -529,6 +583,9 @@ pub struct Compiled<P> {
     names: Vec<String>,
     /// Stan's names of the generated quantities.
     generated_names: Vec<String>,
+    /// Stan's names of the reported transformed data, and their values.
+    constant_names: Vec<String>,
+    constants: Vec<f64>,
     /// The error of the last evaluation that failed (see [`LogDensity::take_error`]).
     error: Mutex<Option<ModelError>>,
 }
@@ -541,7 +598,7 @@ impl<P: Program> Compiled<P> {
         let layout = program.parameters()?;
         let origin = Tensor::<2>::zeros([1, layout.dim()], device);
         let transformed = Self::transformed_of(&program, &layout, origin.clone())?;
-        let names = layout
+        let names: Vec<String> = layout
             .blocks()
             .iter()
             .flat_map(|b| stan_names(&b.name, &b.shape))
@@ -552,7 +609,10 @@ impl<P: Program> Compiled<P> {
         let mut rng = rand::rngs::SmallRng::seed_from_u64(0);
         let generated = Self::generated_of(&program, layout.unpack(origin), 1, Streams::Shared(&mut rng))?;
         let generated_names = recorded_names(&generated)?;
-        Ok(Self { program, layout, names, generated_names, error: Mutex::new(None) })
+        let mut transformed_data = Constants::default();
+        program.transformed_data(&mut transformed_data)?;
+        let (constant_names, constants) = declared_constants(transformed_data, taken_names(&names, &generated_names))?;
+        Ok(Self { program, layout, names, generated_names, constant_names, constants, error: Mutex::new(None) })
     }
 
     /// The parameters' layout (the `parameters` block).
@@ -582,6 +642,16 @@ impl<P: Program> Compiled<P> {
     /// Stan's names of the generated quantities, in the block's order.
     pub fn generated_names(&self) -> &[String] {
         &self.generated_names
+    }
+
+    /// Stan's names of the reported transformed data, in the order declared.
+    pub fn constant_names(&self) -> &[String] {
+        &self.constant_names
+    }
+
+    /// The reported transformed data's values, one each, in [`Compiled::constant_names`]' order.
+    pub fn constants(&self) -> &[f64] {
+        &self.constants
     }
 
     /// The generated quantities `[n, generated_names().len()]` of unconstrained particles
@@ -719,6 +789,14 @@ impl<P: Program> StanModel for Compiled<P> {
     ) -> Result<(Tensor<2>, Tensor<2>), ModelError> {
         Compiled::quantities_at(self, constrained, streams)
     }
+
+    fn constant_names(&self) -> &[String] {
+        &self.constant_names
+    }
+
+    fn constants(&self) -> &[f64] {
+        &self.constants
+    }
 }
 
 impl<P: Program> LogDensity for Compiled<P> {
@@ -782,6 +860,50 @@ pub fn stan_names(name: &str, shape: &[usize]) -> Vec<String> {
 /// `real`), more as a vector.
 fn transformed_names(name: &str, size: usize) -> Vec<String> {
     if size == 1 { vec![name.to_string()] } else { stan_names(name, &[size]) }
+}
+
+/// Every reported and generated name, to refuse a constant that repeats one.
+fn taken_names<'a>(names: &'a [String], generated: &'a [String]) -> std::collections::HashSet<&'a str> {
+    names.iter().chain(generated).map(String::as_str).collect()
+}
+
+/// The constants' Stan names and values, checking shapes, repeats and clashes with the
+/// reported quantities' names.
+fn declared_constants(
+    constants: Constants,
+    taken: std::collections::HashSet<&str>,
+) -> Result<(Vec<String>, Vec<f64>), ModelError> {
+    let mut names = Vec::new();
+    let mut values = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for (name, shape, value) in constants.outputs {
+        let quantity = || format!("transformed data `{name}`");
+        if !seen.insert(name.clone()) {
+            return Err(ModelError::Quantity { name: quantity(), reason: "declared twice".into() });
+        }
+        let declared = match &shape {
+            None => transformed_names(&name, value.len()),
+            Some(shape) => {
+                let size: usize = shape.iter().product();
+                if size != value.len() {
+                    return Err(ModelError::Quantity {
+                        name: quantity(),
+                        reason: format!("shape {shape:?} holds {size} values but {} were given", value.len()),
+                    });
+                }
+                stan_names(&name, shape)
+            }
+        };
+        if let Some(clash) = declared.iter().find(|n| taken.contains(n.as_str())) {
+            return Err(ModelError::Quantity {
+                name: quantity(),
+                reason: format!("`{clash}` is already a parameter or quantity of the model"),
+            });
+        }
+        names.extend(declared);
+        values.extend(value);
+    }
+    Ok((names, values))
 }
 
 /// The names of recorded quantities, each by its declared shape, checking that a shape matches

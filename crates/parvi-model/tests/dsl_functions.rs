@@ -230,7 +230,9 @@ fn grad_check(what: &str, p: &[f64], f: impl FnOnce(Tensor<1>) -> Tensor<1>, g: 
 #[track_caller]
 fn invalid<T: std::fmt::Debug>(r: Result<T, ModelError>, dist: &str, name: &str) {
     match r {
-        Err(ModelError::InvalidParameter { dist: d, name: n, .. }) => assert_eq!((d, n), (dist, name)),
+        Err(
+            ModelError::InvalidParameter { dist: d, name: n, .. } | ModelError::InvalidElement { dist: d, name: n, .. },
+        ) => assert_eq!((d, n), (dist, name)),
         other => panic!("expected InvalidParameter {{ {dist}, {name} }}, got {other:?}"),
     }
 }

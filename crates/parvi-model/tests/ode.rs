@@ -414,9 +414,9 @@ fn robertson_matches_a_tight_reference_and_conserves_mass() {
 
 fn expect_invalid(result: Result<parvi_model::ode::OdeSolution, OdeError>, argument: &str) {
     match result {
-        Err(OdeError::InvalidArgument { name, reason }) => {
+        Err(OdeError::InvalidArgument { name, element, reason }) => {
             assert_eq!(name, argument, "{reason}");
-            let message = OdeError::InvalidArgument { name, reason }.to_string();
+            let message = OdeError::InvalidArgument { name, element, reason }.to_string();
             assert!(message.contains(&format!("`{argument}`")), "{message}");
         }
         other => panic!("expected an error naming `{argument}`, got {other:?}"),
@@ -544,7 +544,8 @@ fn numerical_failures_are_per_particle_and_name_the_particle_time_and_tolerances
         assert!(matches!(only_failure(&sol, 1), OdeError::MaxNumSteps { particle: 1, .. }));
     }
     // The error converts into the DSL's ModelError.
-    let model: parvi_model::ModelError = OdeError::InvalidArgument { name: "ts", reason: "x".into() }.into();
+    let model: parvi_model::ModelError =
+        OdeError::InvalidArgument { name: "ts", element: None, reason: "x".into() }.into();
     assert!(model.to_string().contains("`ts`"));
 }
 

@@ -192,3 +192,73 @@ fn cat_columns_is_cat_along_the_second_dimension_in_values_and_gradients() {
     assert_eq!(g_b, (0..5).flat_map(|i| [w[i * 4 + 1], w[i * 4 + 2]]).collect::<Vec<_>>());
     assert_eq!(to_vec_f32(&c.grad(&grads).unwrap()), column(3));
 }
+
+/// `vector[3] beta; matrix[2, 2] L;` with `theta = beta[2] + L[2,1]` and transformed data
+/// reported once (`x_mean`, `x_scale[2]`), optionally a badly declared constant.
+#[derive(Debug)]
+struct Elements {
+    bad: u8,
+}
+
+impl Program for Elements {
+    fn parameters(&self) -> Result<ParamLayout, ModelError> {
+        ParamLayout::new().real("beta", &[3])?.real("L", &[2, 2])
+    }
+
+    fn model(&self, p: &Vars, target: &mut Target) -> Result<(), ModelError> {
+        let theta = p.element("beta", [2])? + p.element("L", [2, 1])?;
+        p.transformed("theta", theta.clone());
+        *target += Normal::new(0.0, 1.0)?.log_prob(theta);
+        Ok(())
+    }
+
+    fn transformed_data(&self, out: &mut parvi_model::program::Constants) -> Result<(), ModelError> {
+        out.output("x_mean", &[0.25]);
+        out.output_tensor("x_scale", &matrix_from_vec(vec![2.0, 4.0], 1, 2, &device()));
+        match self.bad {
+            1 => out.output("x_mean", &[1.0]),
+            2 => out.output_shaped("m", &[2, 2], &[1.0]),
+            3 => out.output("theta", &[1.0]),
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn an_element_is_stans_one_based_index_and_constants_are_reported_once() {
+    let model = Compiled::new(Elements { bad: 0 }, &device()).unwrap();
+    // beta[2] is column 1 of the particle, L[2,1] column 3 + 2 = 5 (row-major, after beta's 3).
+    let x = matrix_from_vec((0..14).map(|v| v as f32).collect(), 2, 7, &device());
+    let reported = to_vec_f32(&StanModel::reported(&model, x).unwrap());
+    assert_eq!(model.names().last().map(String::as_str), Some("theta"));
+    assert_eq!((reported[7], reported[15]), (1.0 + 5.0, 8.0 + 12.0), "{reported:?}");
+    assert_eq!(StanModel::constant_names(&model), ["x_mean", "x_scale[1]", "x_scale[2]"]);
+    assert_eq!(StanModel::constants(&model), [0.25, 2.0, 4.0]);
+    // Out of range, the wrong rank, a constant twice, a wrong shape, a name taken: named.
+    #[derive(Debug)]
+    struct Bad(u8);
+    impl Program for Bad {
+        fn parameters(&self) -> Result<ParamLayout, ModelError> {
+            ParamLayout::new().real("beta", &[3])
+        }
+        fn model(&self, p: &Vars, _: &mut Target) -> Result<(), ModelError> {
+            match self.0 {
+                0 => p.element("beta", [0]),
+                1 => p.element("beta", [4]),
+                _ => p.element("beta", [1, 1]),
+            }
+            .map(drop)
+        }
+    }
+    for (case, want) in [(0, "index 0 on axis 1 is outside 1..=3"), (1, "index 4"), (2, "takes 1 indices")] {
+        let e = Compiled::new(Bad(case), &device()).unwrap_err().to_string();
+        assert!(e.contains("`beta`") && e.contains(want), "{e}");
+    }
+    for (bad, want) in
+        [(1, "`x_mean`: declared twice"), (2, "shape [2, 2] holds 4 values but 1"), (3, "`theta` is already")]
+    {
+        let e = Compiled::new(Elements { bad }, &device()).unwrap_err().to_string();
+        assert!(e.contains(want), "{e}");
+    }
+}

@@ -3,6 +3,7 @@
 //! draws.csv (CmdStan's format, with the generated `y_rep` and `log_lik`), summary.csv and
 //! summary.json; PSIS-LOO is printed from `log_lik`.
 
+use parvi::cli::model::BuildError;
 use parvi::model::burn::tensor::{Device, Int, Tensor};
 use parvi::model::dist::{Exponential, HalfNormal, LogProb, Normal};
 use parvi::model::program::{Compiled, Generated, Program, Target, Vars};
@@ -21,9 +22,9 @@ struct VaryingIntercepts {
 
 impl VaryingIntercepts {
     /// The data block: sizes, the index array with its bounds, the vectors with theirs.
-    fn new(data: &StanData, device: &Device) -> Result<Self, parvi::models::stan_data::StanDataError> {
-        let groups = data.size("J")?;
-        data.size("N")?;
+    fn new(data: &StanData, device: &Device) -> Result<Self, BuildError> {
+        let groups = data.size_in("J", 1..)?;
+        data.size_in("N", 1..)?;
         let group = data.ints("group", "N")?.lower(1)?.upper_field("J")?.index_tensor(groups, device)?;
         let x = data.vector("x", "N")?.finite()?.tensor(device);
         let y = data.vector("y", "N")?.finite()?.tensor(device);

@@ -153,6 +153,7 @@ fn suite_error(posterior: &str, error: StanDataError) -> PosteriorDbError {
             field: "(top level)".into(),
             reason: format!("expected a JSON object of named fields, found {found}"),
         },
+        StanDataError::Built { error, .. } => PosteriorDbError::Model { posterior, error },
     }
 }
 

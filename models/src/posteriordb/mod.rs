@@ -478,6 +478,14 @@ impl StanModel for PosteriorDbModel {
     ) -> Result<(Tensor<2>, Tensor<2>), ModelError> {
         self.target.quantities_at(constrained, streams)
     }
+
+    fn constant_names(&self) -> &[String] {
+        self.target.constant_names()
+    }
+
+    fn constants(&self) -> &[f64] {
+        self.target.constants()
+    }
 }
 
 /// A layout error as a [`PosteriorDbError`] of posterior `name`.

@@ -6,7 +6,7 @@ use super::special::{
     digamma_host, host_elementwise, ln_gamma, ln_gamma_ratio_tensor, ln_gamma_tail, ln_gamma_tensor, ln_inc_beta_tail,
     log_normal_cdfs, log1m_exp_neg, softplus,
 };
-use super::{LogProb, Param, bad, lift};
+use super::{LogProb, Param, bad, bad_at, lift};
 use crate::ModelError;
 use crate::tensor_ops::log_softmax;
 
@@ -17,8 +17,8 @@ fn counts_on_host<const D: usize>(
     counts: &Tensor<D>,
 ) -> Result<Vec<f64>, ModelError> {
     let values = crate::tensor_ops::to_vec_f64(counts);
-    if let Some(v) = values.iter().find(|v| !(v.is_finite() && **v >= 0.0 && v.fract() == 0.0)) {
-        return Err(bad(dist, name, format!("must be whole numbers >= 0, got {v}")));
+    if let Some((at, v)) = values.iter().enumerate().find(|(_, v)| !(v.is_finite() && **v >= 0.0 && v.fract() == 0.0)) {
+        return Err(bad_at(dist, name, at, format!("must be whole numbers >= 0, got {v}")));
     }
     Ok(values)
 }
@@ -59,12 +59,7 @@ impl<const D: usize> BinomialLogit<D> {
             }
         };
         let big_n = trials;
-        if let Some(v) = big_n.iter().find(|v| !(v.is_finite() && **v >= 0.0 && v.fract() == 0.0)) {
-            return Err(bad("BinomialLogit", "trials", format!("must be whole numbers >= 0, got {v}")));
-        }
-        if let Some((k, t)) = n.iter().zip(&big_n).find(|(k, t)| k > t) {
-            return Err(bad("BinomialLogit", "counts", format!("count {k} exceeds its trials {t}")));
-        }
+        check_trials("BinomialLogit", &n, &big_n)?;
         let log_choose = n
             .iter()
             .zip(&big_n)
@@ -208,13 +203,20 @@ fn binomial_data<const D: usize>(
             crate::tensor_ops::to_vec_f64(&t)
         }
     };
-    if let Some(v) = big_n.iter().find(|v| !(v.is_finite() && **v >= 0.0 && v.fract() == 0.0)) {
-        return Err(bad(dist, "trials", format!("must be whole numbers >= 0, got {v}")));
-    }
-    if let Some((k, t)) = n.iter().zip(&big_n).find(|(k, t)| k > t) {
-        return Err(bad(dist, "counts", format!("count {k} exceeds its trials {t}")));
-    }
+    check_trials(dist, &n, &big_n)?;
     Ok((n, big_n))
+}
+
+/// Trials `N` whole numbers `>= 0`, each at least its count `n`: otherwise an error naming the
+/// element of `trials` or `counts`.
+fn check_trials(dist: &'static str, n: &[f64], big_n: &[f64]) -> Result<(), ModelError> {
+    if let Some((at, v)) = big_n.iter().enumerate().find(|(_, v)| !(v.is_finite() && **v >= 0.0 && v.fract() == 0.0)) {
+        return Err(bad_at(dist, "trials", at, format!("must be whole numbers >= 0, got {v}")));
+    }
+    if let Some((at, (k, t))) = n.iter().zip(big_n).enumerate().find(|(_, (k, t))| k > t) {
+        return Err(bad_at(dist, "counts", at, format!("count {k} exceeds its trials {t}")));
+    }
+    Ok(())
 }
 
 fn log_choose_host(n: &[f64], big_n: &[f64]) -> Vec<f64> {
@@ -517,8 +519,8 @@ impl<const D: usize> NegBinomial<D> {
 /// Labels checked on the host to be whole numbers in `{0, 1}`.
 fn binary_on_host<const D: usize>(dist: &'static str, y: &Tensor<D>) -> Result<Vec<f64>, ModelError> {
     let values = crate::tensor_ops::to_vec_f64(y);
-    if let Some(v) = values.iter().find(|&&v| v != 0.0 && v != 1.0) {
-        return Err(bad(dist, "y", format!("must be 0 or 1, got {v}")));
+    if let Some((at, v)) = values.iter().enumerate().find(|&(_, &v)| v != 0.0 && v != 1.0) {
+        return Err(bad_at(dist, "y", at, format!("must be 0 or 1, got {v}")));
     }
     Ok(values)
 }
@@ -608,7 +610,7 @@ fn one_hot(dist: &'static str, y: &[usize], k: usize, device: &burn::tensor::Dev
         return Err(bad(dist, "y", "has no observations"));
     }
     if let Some((at, &c)) = y.iter().enumerate().find(|&(_, &c)| c >= k) {
-        return Err(bad(dist, "y", format!("entry {at} is category {c}, out of range for {k} categories (0-based)")));
+        return Err(bad_at(dist, "y", at, format!("category {c} is out of range for {k} categories (0-based)")));
     }
     let mut hot = vec![0f32; y.len() * k];
     for (row, &c) in y.iter().enumerate() {
@@ -674,11 +676,7 @@ impl Ordinal {
             return Err(bad(dist, "y", "has no observations"));
         }
         if let Some((at, &c)) = y.iter().enumerate().find(|&(_, &c)| c >= k) {
-            return Err(bad(
-                dist,
-                "y",
-                format!("entry {at} is category {c}, out of range for {k} categories (0-based)"),
-            ));
+            return Err(bad_at(dist, "y", at, format!("category {c} is out of range for {k} categories (0-based)")));
         }
         let ints = |f: &dyn Fn(usize) -> i64| {
             let v: Vec<i64> = y.iter().map(|&c| f(c)).collect();

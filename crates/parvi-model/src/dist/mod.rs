@@ -217,6 +217,11 @@ fn bad(dist: &'static str, name: &'static str, e: impl std::fmt::Display) -> Mod
     ModelError::InvalidParameter { dist, name, reason: e.to_string() }
 }
 
+/// An error naming element `element` (0-based, row-major) of argument `name`.
+fn bad_at(dist: &'static str, name: &'static str, element: usize, e: impl std::fmt::Display) -> ModelError {
+    ModelError::InvalidElement { dist, name, element, reason: e.to_string() }
+}
+
 fn positive_scalar(dist: &'static str, name: &'static str, v: f64) -> Result<f64, ModelError> {
     if v > 0.0 && v.is_finite() {
         Ok(v)
