@@ -11,7 +11,7 @@
 //!   reference run's), each sd within 10% plus the same kind of allowance. References that
 //!   failed Stan's checks (GLMM_Poisson: bulk ESS 537 < 1000; surgical: 2 divergences) are
 //!   trusted only to their own Monte Carlo error, which the allowance carries through the
-//!   reference's recorded ESS. pilots (664 divergences, R-hat 1.058, bulk ESS 68 at
+//!   reference's recorded ESS (GLMM_Poisson's run is `#[ignore]`: 50 s of CPU). pilots (664 divergences, R-hat 1.058, bulk ESS 68 at
 //!   adapt_delta 0.99) and eight_schools_centered (a funnel where NUTS at the default
 //!   adaptation diverges and under-explores small `tau`, as Stan's does) are checked by their
 //!   densities only.
@@ -562,7 +562,12 @@ fn nuts_matches_the_reference_on_surgical() {
     nuts_matches_the_reference("surgical_data-surgical_model", 500, 1000, 0.9);
 }
 
+/// Heavier than a test may be: 289k gradients, 50 s of CPU (424 s wall on the shared, loaded
+/// 2-core box). Its funnel between `sigma` and the 40 `eps` (E-BFMI 0.14-0.27 in Stan's run)
+/// makes NUTS's trees deep. Run it with
+/// `cargo test --release --workspace --features wgpu,mpi --test posteriordb_more -- --ignored glmm`.
 #[test]
+#[ignore = "about 50 s of CPU: run with --ignored"]
 fn nuts_matches_the_reference_on_glmm_poisson() {
     nuts_matches_the_reference("GLMM_Poisson_data-GLMM_Poisson_model", 500, 1000, 0.9);
 }
