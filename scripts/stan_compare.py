@@ -2,7 +2,10 @@
 """Stan's NUTS beside parvi's default path on posteriordb-style posteriors, on this machine.
 
 For every posterior folder (`model.stan`, `data.json`, `reference_draws.json` or
-`reference_moments.json`, `posterior.json`) under `--posteriordb`:
+`reference_moments.json`, `posterior.json`) under the `--posteriordb` folders (one or more; by
+default `$PARVI_POSTERIORDB_DIR` and `$PARVI_POSTERIORDB_MORE_DIR`, those set: the suite and the
+wider suite of issue 59, all 38 posteriors in one run). A folder without a reference still runs
+both samplers, timed; its row says "no reference" where the errors would be:
 
 1. Stan (PyStan 3): builds the program (timed on its own: Stan's build is not counted in the
    ratio; httpstan caches a built program, so a second run shows the cache's ~1 s), then samples
@@ -29,8 +32,8 @@ httpstan's `stanc` call has a 1-second timeout, which a loaded 2-core machine ov
 Usage:
   pip install pystan            # PyStan 3: builds models with the system g++
   cargo build --release --features wgpu,mpi   # or any build of the `parvi` binary
-  python3 scripts/stan_compare.py --posteriordb ../shared/posteriordb --parvi target/release/parvi \
-      --out /tmp/stan_compare [--only kidiq-kidscore_momiq ...] [--build-only]
+  python3 scripts/stan_compare.py --posteriordb ../shared/posteriordb ../shared/posteriordb-more \
+      --parvi target/release/parvi --out /tmp/stan_compare [--only kidiq-kidscore_momiq ...] [--build-only]
   python3 scripts/stan_compare.py --out /tmp/stan_compare --markdown
 """
 import argparse
@@ -68,8 +71,11 @@ def raise_stanc_timeout(seconds):
 
 
 def reference(folder):
-    """name -> (mean, sd) of the reference draws (or posteriordb's moments for accel_gp)."""
+    """name -> (mean, sd) of the reference draws (or of its moments where only those exist);
+    None where the folder has no reference."""
     draws = folder / "reference_draws.json"
+    if not draws.exists() and not (folder / "reference_moments.json").exists():
+        return None
     if draws.exists():
         chains = json.loads(draws.read_text())
         names = list(chains[0].keys())
@@ -124,7 +130,7 @@ def run_stan(folder, args):
     fit = model.sample(num_chains=args.chains, num_warmup=args.warmup, num_samples=args.samples)
     sample = time.perf_counter() - t0
     columns = {}
-    for name in reference(folder):
+    for name in reference(folder) or {}:
         base, index = stan_name(name)
         if base in fit.param_names or base in fit.constrained_param_names or base in fit:
             values = fit[base]
@@ -180,14 +186,17 @@ def markdown(rows):
         stan = "-" if r.get("stan_mean_err") is None else f"{fmt(r['stan_mean_err'])} / {fmt(100 * r['stan_sd_err'], 0)}%{'' if ok(r['stan_mean_err'], r['stan_sd_err']) else ' (off)'}"
         if r.get("stan_divergent"):
             stan += f", {r['stan_divergent']} divergent"
-        parvi = "failed" if r.get("parvi_error") else f"{fmt(r['parvi_mean_err'])} / {fmt(100 * r['parvi_sd_err'], 0)}%{'' if ok(r['parvi_mean_err'], r['parvi_sd_err']) else ' (off)'}"
+        if r.get("no_reference"):
+            stan = "no reference" if r.get("stan_sample_s") is not None else "-"
+        parvi = "failed" if r.get("parvi_error") else "no reference" if r.get("no_reference") else f"{fmt(r['parvi_mean_err'])} / {fmt(100 * r['parvi_sd_err'], 0)}%{'' if ok(r['parvi_mean_err'], r['parvi_sd_err']) else ' (off)'}"
         ratio = r["parvi_s"] / r["stan_sample_s"] if r.get("stan_sample_s") else None
         print(f"| {r['posterior']} | {fmt(r.get('stan_build_s'), 0)} | {fmt(r.get('stan_sample_s'), 1)} | {stan} | {fmt(r['parvi_s'], 1)} | {parvi} | {fmt(ratio)} |")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--posteriordb", default=os.environ.get("PARVI_POSTERIORDB_DIR"), help="folder of posterior folders (default: $PARVI_POSTERIORDB_DIR)")
+    default_dirs = [os.environ[v] for v in ("PARVI_POSTERIORDB_DIR", "PARVI_POSTERIORDB_MORE_DIR") if os.environ.get(v)]
+    parser.add_argument("--posteriordb", nargs="+", default=default_dirs, help="folders of posterior folders (default: $PARVI_POSTERIORDB_DIR and $PARVI_POSTERIORDB_MORE_DIR, those set)")
     parser.add_argument("--parvi", default="target/release/parvi", help="the parvi binary")
     parser.add_argument("--parvi-arg", action="append", default=[], help="an extra argument for `parvi fit` (repeatable)")
     parser.add_argument("--out", required=True, help="folder for parvi's outputs and results.jsonl")
@@ -209,8 +218,7 @@ def main():
     args.out = os.path.abspath(args.out)
     if os.path.sep in args.parvi:
         args.parvi = os.path.abspath(args.parvi)
-    if args.posteriordb:
-        args.posteriordb = os.path.abspath(args.posteriordb)
+    args.posteriordb = [os.path.abspath(d) for d in args.posteriordb]
     Path(args.out).mkdir(parents=True, exist_ok=True)
     os.chdir(args.out)
     results = Path(args.out) / "results.jsonl"
@@ -229,13 +237,16 @@ def main():
         markdown(sorted(done.values(), key=lambda r: r["posterior"]))
         return
     if not args.posteriordb:
-        sys.exit("--posteriordb DIR (or PARVI_POSTERIORDB_DIR) is needed")
-    root = Path(args.posteriordb)
-    folders = sorted(p for p in root.iterdir() if (p / "model.stan").exists())
+        sys.exit("--posteriordb DIR [DIR ...] (or PARVI_POSTERIORDB_DIR, PARVI_POSTERIORDB_MORE_DIR) is needed")
+    folders = []
+    for root in map(Path, args.posteriordb):
+        if not root.is_dir():
+            sys.exit(f"--posteriordb: {root} is not a folder")
+        folders.extend(sorted(p for p in root.iterdir() if (p / "model.stan").exists()))
     if args.only:
         unknown = set(args.only) - {p.name for p in folders}
         if unknown:
-            sys.exit(f"{root}: no posterior folder {sorted(unknown)}")
+            sys.exit(f"{', '.join(args.posteriordb)}: no posterior folder {sorted(unknown)}")
         folders = [p for p in folders if p.name in args.only]
     if not args.skip_stan:
         raise_stanc_timeout(args.stanc_timeout)
@@ -246,13 +257,15 @@ def main():
             continue
         ref = reference(folder)
         row = {"posterior": folder.name}
+        if ref is None:
+            row["no_reference"] = True
         if not args.skip_stan:
             try:
                 stan_row = run_stan(folder, args)
             except Exception as e:  # a failed build or run is a row, not the end of the suite
                 stan_row = {"stan_error": f"{type(e).__name__}: {e}"[-2000:]}
             columns = stan_row.pop("stan_columns", None)
-            if columns is not None:
+            if columns is not None and ref is not None:
                 row["stan_mean_err"], row["stan_sd_err"], _ = errors(ref, columns)
             row.update(stan_row)
         if args.build_only:
@@ -267,7 +280,7 @@ def main():
         if not args.skip_parvi:
             parvi_row = run_parvi(folder, args)
             columns = parvi_row.pop("parvi_columns", None)
-            if columns is not None:
+            if columns is not None and ref is not None:
                 row["parvi_mean_err"], row["parvi_sd_err"], missing = errors(ref, columns)
                 if missing:
                     row["parvi_missing"] = missing
@@ -279,7 +292,8 @@ def main():
             f"{fmt(row.get('stan_mean_err')) + '/' + fmt(row.get('stan_sd_err')):>12} {fmt(row.get('parvi_s'), 1):>8} "
             f"{fmt(row.get('parvi_mean_err')) + '/' + fmt(row.get('parvi_sd_err')):>12} {fmt(ratio):>6}"
             + (f"  stan: {row['stan_error'][:200]}" if row.get("stan_error") else "")
-            + (f"  parvi: {row['parvi_error'][-300:]}" if row.get("parvi_error") else ""),
+            + (f"  parvi: {row['parvi_error'][-300:]}" if row.get("parvi_error") else "")
+            + ("  no reference" if ref is None else ""),
             flush=True,
         )
         done[folder.name] = row

@@ -1,6 +1,10 @@
-//! `parvi bench posteriordb`: every posterior of the posteriordb suite fitted by every engine
-//! with its defaults (and by parvi's NUTS as the yardstick), compared with the reference draws on
-//! the constrained scale.
+//! `parvi bench posteriordb`: every posterior of the posteriordb suite (and of the wider suite,
+//! `../shared/posteriordb-more`) fitted by every engine with its defaults (and by parvi's NUTS as
+//! the yardstick), compared with the reference draws or moments on the constrained scale.
+//!
+//! One row a posterior and method. A posterior that cannot run (an unknown model, data that do
+//! not fit it, a bad `posterior.json` or reference) is a row naming the cause, and the others
+//! run; one without a reference runs and its row says so.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -33,10 +37,10 @@ pub struct PosteriorDbArgs {
     /// (every method and nuts-rs).
     #[arg(long, default_value = "all")]
     pub method: String,
-    /// The suite's folder (the one holding the posterior folders) [default:
-    /// $PARVI_POSTERIORDB_DIR].
+    /// A suite folder (one holding posterior folders); repeat it for several, read in the order
+    /// given [default: $PARVI_POSTERIORDB_DIR, then $PARVI_POSTERIORDB_MORE_DIR, those set].
     #[arg(long)]
-    pub data_dir: Option<PathBuf>,
+    pub data_dir: Vec<PathBuf>,
     /// Particles per engine.
     #[arg(long, default_value_t = 100)]
     pub particles: usize,
@@ -118,6 +122,9 @@ pub struct PosteriorDbRow {
     /// Why the row is missing numbers, when the method failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Why a row that ran has no comparison: its folder holds no reference.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
     /// Wall seconds of the default path's phases (engines; NUTS reports none here).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub phase_seconds: Option<PhaseSeconds>,
@@ -137,13 +144,7 @@ pub struct PhaseSeconds {
 }
 
 pub fn run(args: PosteriorDbArgs) -> Result<()> {
-    let dir = match args.data_dir.clone().or_else(|| std::env::var_os("PARVI_POSTERIORDB_DIR").map(PathBuf::from)) {
-        Some(d) => d,
-        None => bail!("missing setting `--data-dir` (the posteriordb suite's folder; or set PARVI_POSTERIORDB_DIR)"),
-    };
-    if !dir.is_dir() {
-        bail!("invalid setting `--data-dir`: {} is not a folder", dir.display());
-    }
+    let dirs = suite_dirs(&args.data_dir)?;
     let precondition = match args.precondition.as_str() {
         "laplace" => Precondition::Laplace,
         "pathfinder" => Precondition::Pathfinder,
@@ -151,11 +152,15 @@ pub fn run(args: PosteriorDbArgs) -> Result<()> {
         other => bail!("invalid setting `--precondition`: `{other}` (expected laplace, pathfinder or none)"),
     };
     let posteriors: Vec<(String, PathBuf)> = if args.posterior == "all" {
-        posteriordb::list(&dir)?.into_iter().map(|e| (e.name, e.folder)).collect()
+        let mut all = Vec::new();
+        for dir in &dirs {
+            all.extend(posteriordb::folders(dir)?.into_iter().map(|folder| (folder_name(&folder), folder)));
+        }
+        all
     } else {
         args.posterior
             .split(',')
-            .map(|p| Ok((p.trim().to_string(), posteriordb::resolve(p.trim(), &dir)?)))
+            .map(|p| Ok((p.trim().to_string(), posteriordb::resolve_in(p.trim(), &dirs)?)))
             .collect::<Result<_>>()?
     };
     let methods: Vec<String> = if args.method == "all" {
@@ -188,6 +193,7 @@ pub fn run(args: PosteriorDbArgs) -> Result<()> {
     for (name, folder) in posteriors {
         // A posterior whose model is unknown, or whose data or reference do not fit it, is a
         // failed row naming the cause; the other posteriors still run.
+        let name = posteriordb::entry(&folder).map_or(name, |e| e.name);
         let loaded = posteriordb::load_folder(&folder, &device)
             .map_err(anyhow::Error::from)
             .and_then(|model| Ok((Reference::for_model(&model)?, model)));
@@ -201,12 +207,16 @@ pub fn run(args: PosteriorDbArgs) -> Result<()> {
             }
         };
         for method in &methods {
-            let row = match run_one(&model, &reference, method, &options, precondition, &args, &device) {
+            let row = match run_one(&model, reference.as_ref(), method, &options, precondition, &args, &device) {
                 Ok(row) => row,
                 Err(e) => PosteriorDbRow::failed(&name, method, &e),
             };
-            match &row.error {
-                None => println!(
+            match (&row.error, &row.note) {
+                (None, Some(note)) => println!(
+                    "{:<42} {:<17} {:>9} {:>9} {:>9} {:>9} {:>8.1} {:>10}  {note}",
+                    row.posterior, row.method, "-", "-", "-", "-", row.seconds, row.score_evals
+                ),
+                (None, None) => println!(
                     "{:<42} {:<17} {:>9.3} {:>9.3} {:>9.3} {:>9.4} {:>8.1} {:>10}  {}",
                     row.posterior,
                     row.method,
@@ -218,7 +228,7 @@ pub fn run(args: PosteriorDbArgs) -> Result<()> {
                     row.score_evals,
                     row.worst_parameter
                 ),
-                Some(e) => println!("{:<42} {:<17} failed: {e}", row.posterior, row.method),
+                (Some(e), _) => println!("{:<42} {:<17} failed: {e}", row.posterior, row.method),
             }
             for w in row.diagnostics.iter().flat_map(|d| &d.warnings) {
                 println!("    warning: {w}");
@@ -244,20 +254,59 @@ pub fn run(args: PosteriorDbArgs) -> Result<()> {
     Ok(())
 }
 
-/// What a posterior is compared with: reference draws, or (accel_gp) reference moments only.
+/// The suite folders: those of `--data-dir`, else `$PARVI_POSTERIORDB_DIR` and
+/// `$PARVI_POSTERIORDB_MORE_DIR` (those set); each must be a folder.
+fn suite_dirs(given: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let dirs: Vec<PathBuf> = if given.is_empty() {
+        ["PARVI_POSTERIORDB_DIR", "PARVI_POSTERIORDB_MORE_DIR"]
+            .iter()
+            .filter_map(|var| std::env::var_os(var).filter(|v| !v.is_empty()).map(PathBuf::from))
+            .collect()
+    } else {
+        given.to_vec()
+    };
+    if dirs.is_empty() {
+        bail!(
+            "missing setting `--data-dir` (a posteriordb suite's folder, repeatable; or set PARVI_POSTERIORDB_DIR \
+             and PARVI_POSTERIORDB_MORE_DIR)"
+        );
+    }
+    if let Some(dir) = dirs.iter().find(|d| !d.is_dir()) {
+        bail!("invalid setting `--data-dir`: {} is not a folder", dir.display());
+    }
+    Ok(dirs)
+}
+
+/// A folder's last component, the posterior's name until its `posterior.json` says otherwise.
+fn folder_name(folder: &std::path::Path) -> String {
+    folder.file_name().map_or_else(|| folder.display().to_string(), |f| f.to_string_lossy().into_owned())
+}
+
+/// What a posterior is compared with: reference draws, or reference moments only (accel_gp and
+/// the wider suite's posteriors of more than 300 scalars).
 enum Reference {
     Draws(ReferenceDraws),
     Moments(ReferenceMoments),
 }
 
 impl Reference {
-    fn for_model(model: &PosteriorDbModel) -> Result<Self> {
-        if model.folder().join("reference_draws.json").is_file()
-            || !model.folder().join("reference_moments.json").is_file()
-        {
-            Ok(Reference::Draws(ReferenceDraws::for_model(model)?))
+    /// The posterior's reference; `None` where its folder has neither `reference_draws.json` nor
+    /// `reference_moments.json` (the wider suite's posteriors whose Stan run is still to come).
+    fn for_model(model: &PosteriorDbModel) -> Result<Option<Self>> {
+        let folder = model.folder();
+        Ok(if folder.join("reference_draws.json").is_file() {
+            Some(Reference::Draws(ReferenceDraws::for_model(model)?))
+        } else if folder.join("reference_moments.json").is_file() {
+            Some(Reference::Moments(ReferenceMoments::for_model(model)?))
         } else {
-            Ok(Reference::Moments(ReferenceMoments::for_model(model)?))
+            None
+        })
+    }
+
+    fn columns(&self) -> &[usize] {
+        match self {
+            Reference::Draws(r) => r.columns(),
+            Reference::Moments(r) => r.columns(),
         }
     }
 
@@ -294,6 +343,7 @@ impl PosteriorDbRow {
             sd_ratio: Vec::new(),
             diagnostics: None,
             error: Some(format!("{error:#}")),
+            note: None,
             phase_seconds: None,
         }
     }
@@ -301,7 +351,7 @@ impl PosteriorDbRow {
 
 fn run_one(
     model: &PosteriorDbModel,
-    reference: &Reference,
+    reference: Option<&Reference>,
     method: &str,
     options: &toml::Table,
     precondition: Precondition,
@@ -311,6 +361,13 @@ fn run_one(
     let started = Instant::now();
     let mut diagnostics = None;
     let mut phase_seconds = None;
+    // The draws as the reference names them: reported quantities, and generated ones where the
+    // reference holds some (surgical's `pop_mean`).
+    let width = model.param_names().len();
+    let generated = reference.is_some_and(|r| r.columns().iter().any(|&c| c >= width));
+    let compared = |x: parvi_model::burn::tensor::Tensor<2>| -> Result<Vec<f64>> {
+        Ok(to_vec_f64(&if generated { model.compared(x, args.seed)? } else { model.reported(x) }))
+    };
     let (reported, weights, score_evals) = if method == NUTS_RS {
         let dim = model.dim();
         let nuts = NutsConfig { tune: args.nuts_tune, draws: args.nuts_draws, seed: args.seed };
@@ -329,8 +386,7 @@ fn run_one(
         let run = run.context("NUTS")?;
         let n = run.draws.len();
         let flat: Vec<f32> = run.draws.into_iter().flatten().map(|v| v as f32).collect();
-        let reported = to_vec_f64(&model.reported(matrix_from_vec(flat, n, dim, device)));
-        (reported, None, run.gradient_evals as usize)
+        (compared(matrix_from_vec(flat, n, dim, device))?, None, run.gradient_evals as usize)
     } else {
         let kernel = super::method::kernel_from_name(&args.kernel, None)?;
         let spec = EngineSpec::new(method_config(method, options)?, kernel, AdapterConfig::adagrad(args.lr));
@@ -354,7 +410,7 @@ fn run_one(
         // The polish step stops on the reported quantities' statistics, as the summary's.
         let reported = |x: parvi_model::burn::tensor::Tensor<2>| model.reported(x);
         let result = fit_reported(model, Some(&reported), &spec, &config, &mut [], device)?;
-        let reported = to_vec_f64(&model.reported(result.draws.positions.clone()));
+        let reported = compared(result.draws.positions.clone())?;
         let weights = result.draws.weights.as_ref().map(to_vec_f64);
         phase_seconds = Some(PhaseSeconds {
             laplace: result.laplace_seconds,
@@ -366,8 +422,23 @@ fn run_one(
         (reported, weights, result.density_evals)
     };
     let seconds = started.elapsed().as_secs_f64();
-    let width = model.param_names().len();
+    let width = if generated { model.compared_names().len() } else { width };
     let draws = reported.len() / width.max(1);
+    let Some(reference) = reference else {
+        return Ok(PosteriorDbRow {
+            seconds,
+            score_evals,
+            draws,
+            diagnostics,
+            phase_seconds,
+            error: None,
+            note: Some(format!(
+                "no reference: {} holds neither reference_draws.json nor reference_moments.json",
+                model.folder().display()
+            )),
+            ..PosteriorDbRow::failed(model.name(), method, &anyhow::anyhow!("no reference"))
+        });
+    };
     let comparison = reference
         .compare(&reported, width, weights.as_deref())
         .map_err(|e| anyhow::anyhow!("{}: comparing with the reference: {e:#}", model.name()))?;
@@ -393,6 +464,7 @@ fn run_one(
         sd_ratio: named(&comparison.sd_ratio),
         diagnostics,
         error: None,
+        note: None,
         phase_seconds,
     })
 }

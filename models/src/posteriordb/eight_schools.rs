@@ -1,4 +1,6 @@
-//! `eight_schools-eight_schools_noncentered`: the eight schools, non-centred.
+//! `eight_schools-eight_schools_noncentered`: the eight schools, non-centred; and
+//! `eight_schools-eight_schools_centered`, the same posterior in the centred parameterisation
+//! (Neal's funnel between `theta` and `tau`).
 
 use burn::tensor::{Device, Tensor};
 use parvi_model::dist::{Cauchy, LogProb, Normal};
@@ -60,6 +62,42 @@ impl Program for EightSchools {
             &[self.y.dims()[1]],
             Normal::new(theta, self.sigma.clone())?.log_prob(self.y.clone()),
         );
+        Ok(())
+    }
+}
+
+/// `eight_schools_centered`: `theta ~ normal(mu, tau)` sampled directly, the same data block.
+///
+/// ```stan
+/// parameters { array[J] real theta; real mu; real<lower=0> tau; }
+/// model {
+///   tau ~ cauchy(0, 5);
+///   theta ~ normal(mu, tau);
+///   y ~ normal(theta, sigma);
+///   mu ~ normal(0, 5);
+/// }
+/// ```
+#[derive(Debug)]
+pub(super) struct EightSchoolsCentered(EightSchools);
+
+impl EightSchoolsCentered {
+    /// The data block of the non-centred program, checked the same way.
+    pub(super) fn new(data: &Data, device: &Device) -> Result<Self, PosteriorDbError> {
+        EightSchools::new(data, device).map(Self)
+    }
+}
+
+impl Program for EightSchoolsCentered {
+    fn parameters(&self) -> Result<ParamLayout, ModelError> {
+        ParamLayout::new().real("theta", &[self.0.y.dims()[1]])?.real("mu", &[])?.positive("tau", &[])
+    }
+
+    fn model(&self, p: &Vars, target: &mut Target) -> Result<(), ModelError> {
+        let (theta, mu, tau) = (p.get("theta")?, p.get("mu")?, p.get("tau")?);
+        *target += Cauchy::new(0.0, 5.0)?.log_prob(tau.clone());
+        *target += Normal::new(mu.clone(), tau)?.log_prob(theta.clone());
+        *target += Normal::new(theta, self.0.sigma.clone())?.log_prob(self.0.y.clone());
+        *target += Normal::new(0.0, 5.0)?.log_prob(mu);
         Ok(())
     }
 }

@@ -17,15 +17,20 @@ mod reference;
 mod accel_gp;
 mod ark;
 mod diamonds;
+mod dugongs;
 mod eight_schools;
 mod garch;
+mod glmm_poisson;
 mod gp_pois_regr;
 mod gp_regr;
 mod hmm;
 mod lotka_volterra;
 mod low_dim_gauss_mix;
+mod pilots;
 mod regressions;
 mod sblrc;
+mod seeds;
+mod surgical;
 
 use std::path::{Path, PathBuf};
 
@@ -61,6 +66,12 @@ pub const MODELS: &[&str] = &[
     "hmm_drive_0",
     "lotka_volterra",
     "accel_gp",
+    "eight_schools_centered",
+    "seeds_model",
+    "surgical_model",
+    "pilots",
+    "GLMM_Poisson_model",
+    "dugongs_model",
 ];
 
 /// The posteriors of the shared suite (`../shared/posteriordb`), by folder name.
@@ -87,6 +98,29 @@ pub const NAMES: &[&str] = &[
     "bball_drive_event_0-hmm_drive_0",
     "hudson_lynx_hare-lotka_volterra",
     "mcycle_gp-accel_gp",
+];
+
+/// The posteriors of the wider suite (`../shared/posteriordb-more`, issue 59), by folder name:
+/// sixteen posteriors of the kinds Stan users fit daily, with references made by Stan
+/// (`reference_info.json` in each folder says which of Stan's checks passed). Kept apart from
+/// [`NAMES`]: the two folders are read side by side ([`list_all`]).
+pub const MORE_NAMES: &[&str] = &[
+    "GLMM_Poisson_data-GLMM_Poisson_model",
+    "Mh_data-Mh_model",
+    "bones_data-bones_model",
+    "dugongs_data-dugongs_model",
+    "eight_schools-eight_schools_centered",
+    "election88-election88_full",
+    "hmm_gaussian_simulated-hmm_gaussian",
+    "iohmm_reg_simulated-iohmm_reg",
+    "loss_curves-losscurve_sislob",
+    "mcycle_splines-accel_splines",
+    "pilots-pilots",
+    "sat-hier_2pl",
+    "seeds_data-seeds_model",
+    "soil_carbon-soil_incubation",
+    "surgical_data-surgical_model",
+    "traffic_accident_nyc-bym2_offset_only",
 ];
 
 /// Short names accepted by [`load`] for the first ten posteriors of [`NAMES`], in that order.
@@ -206,6 +240,38 @@ pub fn list(dir: &Path) -> Result<Vec<PosteriorEntry>, PosteriorDbError> {
     }
     entries.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(entries)
+}
+
+/// The posterior folders of the suite folder `dir` (subfolders holding a `posterior.json`),
+/// sorted by folder name, without reading them: a caller that runs many posteriors reads each
+/// with [`entry`] and keeps going past one whose `posterior.json` is bad ([`list`] stops there).
+pub fn folders(dir: &Path) -> Result<Vec<PathBuf>, PosteriorDbError> {
+    let suite = dir.display().to_string();
+    let io = |error| PosteriorDbError::Io { posterior: suite.clone(), file: dir.to_path_buf(), error };
+    let mut folders = Vec::new();
+    for item in std::fs::read_dir(dir).map_err(io)? {
+        let folder = item.map_err(io)?.path();
+        if folder.join("posterior.json").is_file() {
+            folders.push(folder);
+        }
+    }
+    folders.sort();
+    Ok(folders)
+}
+
+/// [`resolve`] over several suite folders (the suite and the wider suite, [`MORE_NAMES`]): the
+/// first folder where `name` resolves. Unknown everywhere: an error listing every folder's
+/// posteriors.
+pub fn resolve_in(name: &str, dirs: &[PathBuf]) -> Result<PathBuf, PosteriorDbError> {
+    let mut known = Vec::new();
+    for dir in dirs {
+        match resolve(name, dir) {
+            Ok(folder) => return Ok(folder),
+            Err(PosteriorDbError::UnknownPosterior { known: here, .. }) => known.push(here),
+            Err(other) => return Err(other),
+        }
+    }
+    Err(PosteriorDbError::UnknownPosterior { name: name.to_string(), known: known.join("; ") })
 }
 
 /// Reads `folder/posterior.json`: the posterior's name and `model_name`.
@@ -351,6 +417,12 @@ fn build(name: &str, model: &str, data: &Data, device: &Device) -> Result<Built,
         "hmm_drive_0" => program(name, hmm::HmmDrive::new(data, device)?, device),
         "lotka_volterra" => program(name, lotka_volterra::LotkaVolterra::new(data, device)?, device),
         "accel_gp" => program(name, accel_gp::AccelGp::new(data, device)?, device),
+        "eight_schools_centered" => program(name, eight_schools::EightSchoolsCentered::new(data, device)?, device),
+        "seeds_model" => program(name, seeds::Seeds::new(data, device)?, device),
+        "surgical_model" => program(name, surgical::Surgical::new(data, device)?, device),
+        "pilots" => program(name, pilots::Pilots::new(data, device)?, device),
+        "GLMM_Poisson_model" => program(name, glmm_poisson::GlmmPoisson::new(data, device)?, device),
+        "dugongs_model" => program(name, dugongs::Dugongs::new(data, device)?, device),
         _ => Err(PosteriorDbError::UnknownModel {
             posterior: name.to_string(),
             model: model.to_string(),
@@ -424,6 +496,25 @@ impl PosteriorDbModel {
     /// without `f64`); `None` when the log density is the Stan program's.
     pub fn deviation(&self) -> Option<&'static str> {
         self.deviation
+    }
+
+    /// The names a reference may hold: [`PosteriorDbModel::param_names`], then the generated
+    /// quantities (surgical's `pop_mean`, GLMM_Poisson's `lambda[i]`), as Stan's output has them.
+    pub fn compared_names(&self) -> Vec<String> {
+        self.target.names().iter().chain(self.target.generated_names()).cloned().collect()
+    }
+
+    /// Unconstrained particles `[n, dim]` to the quantities of
+    /// [`PosteriorDbModel::compared_names`] `[n, p + g]`: the reported ones, then the generated
+    /// quantities, their random draws (a posterior predictive) from a stream seeded by `seed`.
+    pub fn compared(&self, particles: Tensor<2>, seed: u64) -> Result<Tensor<2>, ModelError> {
+        let reported = self.target.reported(particles.clone())?;
+        if self.target.generated_names().is_empty() {
+            return Ok(reported);
+        }
+        let mut rng = <chacha20::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(seed);
+        let generated = self.target.generated(particles, &mut rng)?;
+        Ok(Tensor::cat(vec![reported, generated], 1))
     }
 
     /// The model as a trait object.

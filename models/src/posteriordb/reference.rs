@@ -8,9 +8,9 @@ use super::data::read_json;
 use super::{PosteriorDbError, PosteriorDbModel};
 
 /// Reference draws as a `[chains * draws, params]` row-major matrix (chain after chain), in
-/// `f64`, with columns in [`super::PosteriorDbModel::param_names`] order (those of the model's
-/// reported quantities that the reference holds: posteriordb leaves some out, e.g. eight
-/// schools' `theta_trans`).
+/// `f64`, with columns in [`super::PosteriorDbModel::compared_names`] order (those of the
+/// model's reported and generated quantities that the reference holds: posteriordb leaves some
+/// out, e.g. eight schools' `theta_trans`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ReferenceDraws {
     posterior: String,
@@ -30,9 +30,12 @@ impl ReferenceDraws {
         Self::for_model(&super::load(name, dir, &device)?)
     }
 
-    /// Reads `reference_draws.json` in the model's folder, with the model's reported names.
+    /// Reads `reference_draws.json` in the model's folder, with the model's reported names and
+    /// its generated quantities ([`PosteriorDbModel::compared_names`]: the wider suite's
+    /// references hold Stan's generated quantities, surgical's `pop_mean`): a column past
+    /// [`PosteriorDbModel::param_names`] indexes [`PosteriorDbModel::compared`]'s matrix.
     pub fn for_model(model: &PosteriorDbModel) -> Result<Self, PosteriorDbError> {
-        Self::from_file(model.name(), &model.folder().join("reference_draws.json"), &model.param_names())
+        Self::from_file(model.name(), &model.folder().join("reference_draws.json"), &model.compared_names())
     }
 
     /// Reads a reference-draws file (a JSON list of chains, each an object from parameter name to
@@ -202,10 +205,11 @@ pub struct ReferenceMoments {
 
 impl ReferenceMoments {
     /// Reads `reference_moments.json` (`{"parameters": {name: {"mean": m, "sd": s}}}`) in the
-    /// model's folder.
+    /// model's folder; its names are those of [`PosteriorDbModel::compared_names`] (reported,
+    /// then generated quantities).
     pub fn for_model(model: &PosteriorDbModel) -> Result<Self, PosteriorDbError> {
         let file = model.folder().join("reference_moments.json");
-        let names = model.param_names();
+        let names = model.compared_names();
         let invalid = |field: &str, reason: String| PosteriorDbError::InvalidField {
             posterior: model.name().to_string(),
             file: file.clone(),
