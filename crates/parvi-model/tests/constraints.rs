@@ -473,7 +473,7 @@ fn bad_declarations_name_the_block() {
         }
     };
     let new = ParamLayout::new;
-    refuse(new().add("s", &[2, 2], Constraint::Simplex), &["`s`", "vector"]);
+    refuse(new().add("s", &[2, 2, 2], Constraint::Simplex), &["`s`", "vector"]);
     refuse(new().add("p", &[], Constraint::PositiveOrdered), &["`p`", "vector"]);
     refuse(new().add("L", &[3, 2], Constraint::CholeskyFactorCorr), &["`L`", "[K, K]"]);
     refuse(new().add("L", &[3], Constraint::CholeskyFactorCorr), &["`L`", "[K, K]"]);

@@ -16,16 +16,20 @@ mod reference;
 
 mod accel_gp;
 mod ark;
+mod bym2;
 mod diamonds;
 mod eight_schools;
 mod garch;
 mod gp_pois_regr;
 mod gp_regr;
 mod hmm;
+mod hmm_stancon;
+mod loss_curves;
 mod lotka_volterra;
 mod low_dim_gauss_mix;
 mod regressions;
 mod sblrc;
+mod soil_carbon;
 
 use std::path::{Path, PathBuf};
 
@@ -61,6 +65,11 @@ pub const MODELS: &[&str] = &[
     "hmm_drive_0",
     "lotka_volterra",
     "accel_gp",
+    "hmm_gaussian",
+    "iohmm_reg",
+    "losscurve_sislob",
+    "soil_incubation",
+    "bym2_offset_only",
 ];
 
 /// The posteriors of the shared suite (`../shared/posteriordb`), by folder name.
@@ -351,6 +360,11 @@ fn build(name: &str, model: &str, data: &Data, device: &Device) -> Result<Built,
         "hmm_drive_0" => program(name, hmm::HmmDrive::new(data, device)?, device),
         "lotka_volterra" => program(name, lotka_volterra::LotkaVolterra::new(data, device)?, device),
         "accel_gp" => program(name, accel_gp::AccelGp::new(data, device)?, device),
+        "hmm_gaussian" => program(name, hmm_stancon::HmmGaussian::new(data, device)?, device),
+        "iohmm_reg" => program(name, hmm_stancon::IohmmReg::new(data, device)?, device),
+        "losscurve_sislob" => program(name, loss_curves::LossCurve::new(data, device)?, device),
+        "soil_incubation" => program(name, soil_carbon::SoilIncubation::new(data, device)?, device),
+        "bym2_offset_only" => program(name, bym2::Bym2::new(data, device)?, device),
         _ => Err(PosteriorDbError::UnknownModel {
             posterior: name.to_string(),
             model: model.to_string(),
