@@ -13,10 +13,9 @@
 //!
 //! Both report their transformed parameters under Stan's names; they are computed only when a
 //! report asks for them ([`Vars::recording`]): `hmm_gaussian`'s `logalpha` is a recursion over
-//! time that the density does not need. `hmm_gaussian`'s generated block (the forward-backward
-//! smoother and a Viterbi decoding, 8,001 values a draw) is written; `iohmm_reg`'s (the same with
-//! its own inputs, plus `categorical_rng` and `normal_rng` draws of fitted states and outputs,
-//! 9,501 values) is not.
+//! time that the density does not need. Both generated blocks are written as the programs have
+//! them (the forward-backward smoother and a Viterbi decoding, 8,001 values a draw;
+//! `iohmm_reg`'s also fitted states and outputs by `categorical_rng` and `normal_rng`, 9,501).
 
 use burn::tensor::{Device, Tensor};
 use parvi_model::dist::{LogProb, Normal};
@@ -71,6 +70,37 @@ fn forward_rows(log_omega: Tensor<3>, log_gamma: Tensor<3>, log_rho: Tensor<2>) 
     Tensor::cat(rows, 1)
 }
 
+/// The programs' Viterbi decoding: `delta[1, K]` alone set to `first[K]` (the programs' loop
+/// writes `delta[1, K]` for every `j`; the other starts stay Stan's NaN, which no strict
+/// comparison picks, so here `-inf`), then `delta[t, j] = max_i(delta[t-1, i] + step(t)[i, j])`
+/// with the first maximising `i` kept, `zstar[T]` the last state reaching `max(delta[T])`, and the
+/// path traced back. `step(s)` is `[n, K, K]` for the 0-based time `s`. Returns `zstar`
+/// (1-based, `[n, T]`) and `logp_zstar` `[n, 1]`.
+fn viterbi(first: Tensor<2>, t: usize, step: impl Fn(usize) -> Tensor<3>) -> (Tensor<2>, Tensor<2>) {
+    let [n, k] = first.dims();
+    let device = first.device();
+    let start = first.narrow(1, k - 1, 1);
+    let mut delta = match k {
+        1 => start,
+        _ => Tensor::cat(vec![Tensor::full([n, k - 1], f32::NEG_INFINITY, &device), start], 1),
+    };
+    let mut pointers = Vec::with_capacity(t);
+    for s in 1..t {
+        let paths = delta.reshape([n, k, 1]) + step(s);
+        pointers.push(paths.clone().argmax(1).reshape([n, k]));
+        delta = paths.max_dim(1).reshape([n, k]);
+    }
+    let logp_zstar = delta.clone().max_dim(1);
+    let mut z = delta.flip([1]).argmax(1).mul_scalar(-1).add_scalar(k as i64 - 1).reshape([n, 1]);
+    let mut path = vec![z.clone()];
+    for pointer in pointers.into_iter().rev() {
+        z = pointer.gather(1, z);
+        path.push(z.clone());
+    }
+    path.reverse();
+    (Tensor::cat(path, 1).float().add_scalar(1.0), logp_zstar)
+}
+
 impl Program for HmmGaussian {
     fn parameters(&self) -> Result<ParamLayout, ModelError> {
         let k = self.states;
@@ -117,29 +147,7 @@ impl Program for HmmGaussian {
         let beta = softmax(log_beta.clone(), 2);
         let log_gamma_smooth = alpha.clone() * beta.clone();
         let gamma = log_gamma_smooth.clone() / log_gamma_smooth.clone().sum_dim(2);
-        // Viterbi: NaN starts as -inf (neither is ever the strict maximum).
-        let start = row(0).narrow(1, k - 1, 1);
-        let mut delta = match k {
-            1 => start,
-            _ => Tensor::cat(vec![Tensor::full([n, k - 1], f32::NEG_INFINITY, &device), start], 1),
-        };
-        let mut pointers = Vec::with_capacity(t);
-        for s in 1..t {
-            let paths = delta.reshape([n, k, 1]) + log_gamma.clone() + row(s).reshape([n, 1, k]);
-            // The first maximising `i`, as the program's strict `>` keeps it.
-            pointers.push(paths.clone().argmax(1).reshape([n, k]));
-            delta = paths.max_dim(1).reshape([n, k]);
-        }
-        let logp_zstar = delta.clone().max_dim(1);
-        // zstar[T]: the last state reaching the maximum (the program's loop overwrites).
-        let mut z = delta.flip([1]).argmax(1).mul_scalar(-1).add_scalar(k as i64 - 1).reshape([n, 1]);
-        let mut path = vec![z.clone()];
-        for pointer in pointers.into_iter().rev() {
-            z = pointer.gather(1, z);
-            path.push(z.clone());
-        }
-        path.reverse();
-        let zstar = Tensor::cat(path, 1).float().add_scalar(1.0);
+        let (zstar, logp_zstar) = viterbi(row(0), t, |s| log_gamma.clone() + row(s).reshape([n, 1, k]));
         let flat = |x: Tensor<3>| x.reshape([n, t * k]);
         out.output_shaped("logbeta", &[t, k], flat(log_beta));
         out.output_shaped("loggamma", &[t, k], flat(log_gamma_smooth));
@@ -207,6 +215,22 @@ impl IohmmReg {
     }
 }
 
+impl IohmmReg {
+    /// `logalpha` `[n, T, K]` from the steps `log_sum_exp_i E[t][i]` `[n, T]`: `logoblik[t][j] +
+    /// c_t` with `c_t = sum_{s<t}` of the steps (the exclusive cumulative sum), `log pi1` added at
+    /// `t = 1`.
+    fn log_alpha(steps: &Tensor<2>, log_oblik: Tensor<3>, log_pi1: Tensor<2>) -> Tensor<3> {
+        let [n, t, _] = log_oblik.dims();
+        let before = steps.clone().cumsum(1) - steps.clone();
+        let log_alpha = log_oblik + before.reshape([n, t, 1]);
+        let head = log_alpha.clone().narrow(1, 0, 1) + log_pi1.unsqueeze_dim::<3>(1);
+        match t {
+            1 => head,
+            _ => Tensor::cat(vec![head, log_alpha.narrow(1, 1, t - 1)], 1),
+        }
+    }
+}
+
 impl Program for IohmmReg {
     fn parameters(&self) -> Result<ParamLayout, ModelError> {
         let (k, m) = (self.states, self.inputs);
@@ -225,14 +249,7 @@ impl Program for IohmmReg {
                 1 => row,
                 _ => Tensor::cat(vec![row, rest.narrow(1, 1, t - 1).reshape([n, (t - 1) * k])], 1),
             };
-            // c_t = sum_{s<t} log_sum_exp E[s]: the exclusive cumulative sum of the steps.
-            let before = steps.clone().cumsum(1) - steps.clone();
-            let log_alpha = log_oblik.clone() + before.reshape([n, t, 1]);
-            let head = log_alpha.clone().narrow(1, 0, 1) + pi1.clone().log().unsqueeze_dim::<3>(1);
-            let log_alpha = match t {
-                1 => head,
-                _ => Tensor::cat(vec![head, log_alpha.narrow(1, 1, t - 1)], 1),
-            };
+            let log_alpha = Self::log_alpha(&steps, log_oblik.clone(), pi1.clone().log());
             p.transformed_shaped("logalpha", &[t, k], log_alpha.reshape([n, t * k]));
             p.transformed_shaped("unA", &[t, k], first(un_a.clone(), pi1.clone()));
             p.transformed_shaped("A", &[t, k], first(log_a.clone().exp(), pi1.clone()));
@@ -243,6 +260,51 @@ impl Program for IohmmReg {
         *target += Normal::new(0.0, 5.0)?.log_prob(p.get("b")?);
         *target += Normal::new(0.0, 3.0)?.log_prob(p.get("sigma")?);
         *target += steps;
+        Ok(())
+    }
+
+    /// The program's generated block, as written. Its backward step adds `logA[t][i]` of the
+    /// next state `i` alone, so `logbeta[t - 1, j]` is one value for every `j`, `logbeta[t] +
+    /// log_sum_exp_i(logA[t][i] + logoblik[t][i])` (a reverse cumulative sum from `logbeta[T] =
+    /// 1`), `beta` is uniform and `gamma = alpha`; `hatpi[t] = softmax(u[t]' w)` (at `t = 1`
+    /// too), `hatz[t] ~ categorical(hatpi[t])` (as `categorical_logit_rng` of `u[t]' w`), `haty[t]
+    /// ~ normal(u[t]' b[hatz[t]], sigma[hatz[t]])`, and the Viterbi path of [`viterbi`].
+    fn generated(&self, p: &Vars, out: &mut Generated) -> Result<(), ModelError> {
+        let [un_a, log_a, log_oblik] = self.blocks(p)?;
+        let pi1 = p.get("pi1")?;
+        let terms = Self::log_terms(&log_a, log_oblik.clone(), pi1.clone().log());
+        let [n, t, k] = terms.dims();
+        let steps = log_sum_exp(terms, 2).reshape([n, t]);
+        let alpha = softmax(Self::log_alpha(&steps, log_oblik.clone(), pi1.clone().log()), 2);
+        // logbeta[t - 1] = logbeta[t] + back[t], back[t] = log_sum_exp_i(logA[t][i] + logoblik[t][i]).
+        let back = log_sum_exp(log_a.clone() + log_oblik.clone(), 2).reshape([n, t]);
+        let after = back.clone().flip([1]).cumsum(1).flip([1]) - back; // sum_{s > t} back[s]
+        let log_beta = after.add_scalar(1.0).reshape([n, t, 1]).expand([n, t, k]);
+        let beta = softmax(log_beta.clone(), 2);
+        let log_gamma_smooth = alpha.clone() * beta.clone();
+        let gamma = log_gamma_smooth.clone() / log_gamma_smooth.clone().sum_dim(2);
+        let hatpi = softmax(un_a.clone(), 2);
+        let hatz = out.categorical_logit_rng(un_a.reshape([n * t, k]))?.reshape([n, t]); // 1-based
+        let chosen = hatz.clone().sub_scalar(1.0).int().reshape([n, t, 1]);
+        let means = self.regress(p.get("b")?).gather(2, chosen.clone()).reshape([n, t]);
+        let sigma = p.get("sigma")?.unsqueeze_dim::<3>(1).expand([n, t, k]).gather(2, chosen).reshape([n, t]);
+        let haty = out.normal_rng(means, sigma)?;
+        // Viterbi: delta[t, j] = max_i(delta[t-1, i] + logA[t][i] + logoblik[t][j]).
+        let row = |x: &Tensor<3>, s: usize| x.clone().narrow(1, s, 1).reshape([n, k]);
+        let (zstar, logp_zstar) = viterbi(row(&log_oblik, 0), t, |s| {
+            row(&log_a, s).reshape([n, k, 1]) + row(&log_oblik, s).reshape([n, 1, k])
+        });
+        let flat = |x: Tensor<3>| x.reshape([n, t * k]);
+        out.output_shaped("logbeta", &[t, k], flat(log_beta));
+        out.output_shaped("loggamma", &[t, k], flat(log_gamma_smooth));
+        out.output_shaped("alpha", &[t, k], flat(alpha));
+        out.output_shaped("beta", &[t, k], flat(beta));
+        out.output_shaped("gamma", &[t, k], flat(gamma));
+        out.output_shaped("hatpi", &[t, k], flat(hatpi));
+        out.output_shaped("hatz", &[t], hatz);
+        out.output_shaped("haty", &[t], haty);
+        out.output_shaped("zstar", &[t], zstar);
+        out.output_shaped("logp_zstar", &[], logp_zstar);
         Ok(())
     }
 }

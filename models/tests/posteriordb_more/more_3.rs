@@ -595,6 +595,69 @@ impl Direct {
                 }
                 lp.sum += log_sum_exp(&logalpha[t_len - 1]);
                 lp.magnitude += magnitude;
+                // The generated block, as written; hatz and haty are random draws (NaN here:
+                // checked for their support).
+                let softmax = |v: &[f64]| -> Vec<f64> {
+                    let l = log_sum_exp(v);
+                    v.iter().map(|x| (x - l).exp()).collect()
+                };
+                let alpha: Vec<Vec<f64>> = logalpha.iter().map(|r| softmax(r)).collect();
+                let mut logbeta = vec![vec![1.0; k]; t_len];
+                for tb in (1..t_len).rev() {
+                    for j in 0..k {
+                        let acc: Vec<f64> = (0..k).map(|i| logbeta[tb][i] + log_a[tb][i] + log_oblik[tb][i]).collect();
+                        logbeta[tb - 1][j] = log_sum_exp(&acc);
+                    }
+                }
+                let beta: Vec<Vec<f64>> = logbeta.iter().map(|r| softmax(r)).collect();
+                let loggamma: Vec<Vec<f64>> =
+                    alpha.iter().zip(&beta).map(|(a, b)| a.iter().zip(b).map(|(x, y)| x * y).collect()).collect();
+                let gamma: Vec<Vec<f64>> = loggamma
+                    .iter()
+                    .map(|r| {
+                        let s: f64 = r.iter().sum();
+                        r.iter().map(|v| v / s).collect()
+                    })
+                    .collect();
+                let hatpi: Vec<Vec<f64>> =
+                    (0..t_len).map(|t| softmax(&(0..k).map(|j| dot(t, w, j)).collect::<Vec<_>>())).collect();
+                let mut delta = vec![vec![f64::NAN; k]; t_len];
+                let mut bpointer = vec![vec![0usize; k]; t_len];
+                for j in 0..k {
+                    delta[0][k - 1] = log_oblik[0][j];
+                }
+                for t in 1..t_len {
+                    for j in 0..k {
+                        delta[t][j] = f64::NEG_INFINITY;
+                        for i in 0..k {
+                            let logp = delta[t - 1][i] + log_a[t][i] + log_oblik[t][j];
+                            if logp > delta[t][j] {
+                                bpointer[t][j] = i;
+                                delta[t][j] = logp;
+                            }
+                        }
+                    }
+                }
+                let logp_zstar = delta[t_len - 1].iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let mut zstar = vec![0usize; t_len];
+                for j in 0..k {
+                    if delta[t_len - 1][j] == logp_zstar {
+                        zstar[t_len - 1] = j;
+                    }
+                }
+                for t in (0..t_len - 1).rev() {
+                    zstar[t] = bpointer[t + 1][zstar[t + 1]];
+                }
+                generated.extend(named2("logbeta", &logbeta));
+                generated.extend(named2("loggamma", &loggamma));
+                generated.extend(named2("alpha", &alpha));
+                generated.extend(named2("beta", &beta));
+                generated.extend(named2("gamma", &gamma));
+                generated.extend(named2("hatpi", &hatpi));
+                generated.extend(named1("hatz", &vec![f64::NAN; t_len]));
+                generated.extend(named1("haty", &vec![f64::NAN; t_len]));
+                generated.extend(named1("zstar", &zstar.iter().map(|&z| (z + 1) as f64).collect::<Vec<_>>()));
+                generated.push(("logp_zstar".into(), logp_zstar));
                 transformed.extend(named2("logalpha", &logalpha));
                 transformed.extend(named2("unA", &un_a));
                 transformed.extend(named2("A", &big_a));
@@ -858,7 +921,14 @@ fn log_densities_and_reports_match_the_stan_programs() {
             }
             assert_eq!(generated_names.len(), e.generated.len(), "{name}: generated names {generated_names:?}");
             for ((stan_name, b), (ours_name, a)) in e.generated.iter().zip(generated_names.iter().zip(gen_row)) {
-                let agree = (a.is_nan() && b.is_nan()) || (a - b).abs() <= 1e-4 * (1.0 + b.abs());
+                let agree = if stan_name.starts_with("hatz") {
+                    // A categorical draw: a state.
+                    a.fract() == 0.0 && (1.0..=direct.d.int("K") as f64).contains(a)
+                } else if stan_name.starts_with("haty") {
+                    a.is_finite()
+                } else {
+                    (a.is_nan() && b.is_nan()) || (a - b).abs() <= 1e-4 * (1.0 + b.abs())
+                };
                 if stan_name != ours_name {
                     failures.push(format!("{name}: generates `{ours_name}` where Stan generates `{stan_name}`"));
                 } else if !agree {
