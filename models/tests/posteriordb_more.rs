@@ -18,6 +18,8 @@ mod common;
 
 #[path = "posteriordb_more/more_1.rs"]
 mod more_1;
+#[path = "posteriordb_more/more_3.rs"]
+mod more_3;
 
 /// The wider suite's folder, or `None` after a skip note (a failure when the suites are required).
 pub fn more_suite(test: &str) -> Option<PathBuf> {

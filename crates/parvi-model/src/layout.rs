@@ -68,7 +68,9 @@ pub enum Constraint {
     PositiveOrdered,
     /// The interior of the unit simplex (Stan's `simplex[K]`, `K - 1` free values) by Stan's
     /// centred stick-breaking: `z_k = logit^-1(x_k - log(K - k))` (`k` from 1),
-    /// `y_k = (1 - sum_{l<k} y_l) z_k`, `y_K` the rest of the stick.
+    /// `y_k = (1 - sum_{l<k} y_l) z_k`, `y_K` the rest of the stick. Shape `[K]`, or `[M, K]`
+    /// for Stan's `array[M] simplex[K]` (each row a simplex, `M (K - 1)` free values, row by
+    /// row as Stan lays them out).
     Simplex,
     /// Cholesky factors of `K x K` correlation matrices (Stan's `cholesky_factor_corr[K]`,
     /// `K (K - 1) / 2` free values): `tanh` to canonical partial correlations, rows built as in
@@ -147,7 +149,11 @@ impl Constraint {
         let size: usize = shape.iter().product();
         let first = shape.first().copied().unwrap_or(0);
         match self {
-            Constraint::Simplex => size.saturating_sub(1),
+            // Each row (all axes but the last) is a simplex of the last axis' length.
+            Constraint::Simplex => {
+                let k = shape.last().copied().unwrap_or(0);
+                (size / k.max(1)) * k.saturating_sub(1)
+            }
             Constraint::CholeskyFactorCorr => triangle(first),
             Constraint::CholeskyFactorCov => {
                 let cols = shape.get(1).copied().unwrap_or(0);
@@ -175,9 +181,12 @@ impl Constraint {
             {
                 bad(format!("offset {offset} must be finite and multiplier {multiplier} finite and positive"))
             }
-            Constraint::Ordered | Constraint::PositiveOrdered | Constraint::Simplex if shape.len() != 1 => {
+            Constraint::Ordered | Constraint::PositiveOrdered if shape.len() != 1 => {
                 bad(format!("{} block is a vector: shape must have one axis, got {shape:?}", self.stan_name()))
             }
+            Constraint::Simplex if !(1..=2).contains(&shape.len()) => bad(format!(
+                "a simplex block is a vector [K] or an array of them [M, K]: shape must have one or two axes, got {shape:?}"
+            )),
             Constraint::CholeskyFactorCorr if shape.len() != 2 || shape[0] != shape[1] => {
                 bad(format!("a cholesky_factor_corr block is a square matrix [K, K], got shape {shape:?}"))
             }
@@ -245,6 +254,12 @@ impl Constraint {
             }
             // Stan's positive_ordered_constrain: y = cumsum(exp(x)), log-Jacobian sum(x).
             Constraint::PositiveOrdered => (x.clone().exp().cumsum(1), Some(x)),
+            Constraint::Simplex if shape.len() == 2 => {
+                // `array[M] simplex[K]`: the M rows transformed as M particles' simplexes.
+                let (rows, k) = (shape[0], shape[1]);
+                let (values, log_jac) = Self::simplex(x.reshape([n * rows, k - 1]));
+                (values.reshape([n, rows * k]), log_jac.map(|lj| lj.reshape([n, rows])))
+            }
             Constraint::Simplex => column(Self::simplex(x)),
             Constraint::CholeskyFactorCorr => column(Self::cholesky_corr(x, shape[0])),
             Constraint::CholeskyFactorCov => column(Self::cholesky_cov(x, shape[0], shape[1])),
@@ -355,6 +370,21 @@ impl Constraint {
                 }
                 let first = if self == Constraint::Ordered { ys[0] } else { ys[0].ln() };
                 Ok(std::iter::once(first).chain(ys.windows(2).map(|w| (w[1] - w[0]).ln())).collect())
+            }
+            Constraint::Simplex if shape.len() == 2 => {
+                // One simplex per row; an error names the row's element in the whole block.
+                let k = shape[1];
+                let mut out = Vec::with_capacity(shape[0] * k.saturating_sub(1));
+                for (r, row) in ys.chunks(k).enumerate() {
+                    let free = Constraint::Simplex.inverse_block(row, &[k], block).map_err(|e| match e {
+                        ModelError::InvalidBlock { name, reason } => {
+                            ModelError::InvalidBlock { name, reason: format!("row [{r}]: {reason}") }
+                        }
+                        other => other,
+                    })?;
+                    out.extend(free);
+                }
+                Ok(out)
             }
             Constraint::Simplex => {
                 if let Some(k) = ys.iter().position(|&y| y <= 0.0) {
@@ -605,6 +635,12 @@ impl ParamLayout {
     /// Adds a simplex of `k` values (Stan's `simplex[k]`; `k - 1` free values).
     pub fn simplex(self, name: &str, k: usize) -> Result<Self, ModelError> {
         self.add(name, &[k], Constraint::Simplex)
+    }
+
+    /// Adds `m` simplexes of `k` values each (Stan's `array[m] simplex[k]`, values `[m, k]`,
+    /// `m (k - 1)` free values), the rows of a transition matrix for example.
+    pub fn simplex_array(self, name: &str, m: usize, k: usize) -> Result<Self, ModelError> {
+        self.add(name, &[m, k], Constraint::Simplex)
     }
 
     /// Adds the Cholesky factor of a `k x k` correlation matrix (Stan's

@@ -249,6 +249,13 @@ impl Vars<'_> {
         self.batch
     }
 
+    /// Whether this evaluation records transformed parameters (a report of the draws), not only
+    /// the density: a transformed parameter the density does not need (an HMM's filtered
+    /// `logalpha`, a recursion over every time step) is worth computing only then.
+    pub fn recording(&self) -> bool {
+        self.recorded.is_some()
+    }
+
     /// Declares a transformed parameter (`[n, size]`) and returns it: reported after the
     /// parameters, under `name` (`name[i]` past one element), as Stan's output does.
     pub fn transformed(&self, name: &str, value: Tensor<2>) -> Tensor<2> {

@@ -170,6 +170,20 @@ fn cases() -> Vec<Case> {
         // The first K - 1 values determine the last: that map is square.
         push("simplex", ParamLayout::new().simplex("b", k), Box::new(simplex_f64), all(k - 1), 1.0);
     }
+    for (m, k) in [(2usize, 2usize), (3, 3)] {
+        // `array[M] simplex[K]`: each row a simplex, its first K - 1 values the square part.
+        let heads: Vec<usize> = (0..m).flat_map(|r| (0..k - 1).map(move |j| r * k + j)).collect();
+        let rows = move |x: &[f64]| {
+            let (mut y, mut lj) = (Vec::new(), 0.0);
+            for row in x.chunks(k - 1) {
+                let (v, l) = simplex_f64(row);
+                y.extend(v);
+                lj += l;
+            }
+            (y, lj)
+        };
+        push("simplex_array", ParamLayout::new().simplex_array("b", m, k), Box::new(rows), heads, 1.0);
+    }
     for k in [2usize, 3, 4] {
         // The strict lower triangle determines the diagonal (unit rows): that map is square.
         let strict: Vec<usize> = (0..k).flat_map(|i| (0..i).map(move |j| i * k + j)).collect();
@@ -473,7 +487,7 @@ fn bad_declarations_name_the_block() {
         }
     };
     let new = ParamLayout::new;
-    refuse(new().add("s", &[2, 2], Constraint::Simplex), &["`s`", "vector"]);
+    refuse(new().add("s", &[2, 2, 2], Constraint::Simplex), &["`s`", "vector"]);
     refuse(new().add("p", &[], Constraint::PositiveOrdered), &["`p`", "vector"]);
     refuse(new().add("L", &[3, 2], Constraint::CholeskyFactorCorr), &["`L`", "[K, K]"]);
     refuse(new().add("L", &[3], Constraint::CholeskyFactorCorr), &["`L`", "[K, K]"]);

@@ -16,6 +16,7 @@ mod reference;
 
 mod accel_gp;
 mod ark;
+mod bym2;
 mod diamonds;
 mod dugongs;
 mod eight_schools;
@@ -24,6 +25,8 @@ mod glmm_poisson;
 mod gp_pois_regr;
 mod gp_regr;
 mod hmm;
+mod hmm_stancon;
+mod loss_curves;
 mod lotka_volterra;
 mod low_dim_gauss_mix;
 mod pilots;
@@ -31,6 +34,7 @@ mod regressions;
 mod sblrc;
 mod seeds;
 mod surgical;
+mod soil_carbon;
 
 use std::path::{Path, PathBuf};
 
@@ -72,6 +76,11 @@ pub const MODELS: &[&str] = &[
     "pilots",
     "GLMM_Poisson_model",
     "dugongs_model",
+    "hmm_gaussian",
+    "iohmm_reg",
+    "losscurve_sislob",
+    "soil_incubation",
+    "bym2_offset_only",
 ];
 
 /// The posteriors of the shared suite (`../shared/posteriordb`), by folder name.
@@ -423,6 +432,11 @@ fn build(name: &str, model: &str, data: &Data, device: &Device) -> Result<Built,
         "pilots" => program(name, pilots::Pilots::new(data, device)?, device),
         "GLMM_Poisson_model" => program(name, glmm_poisson::GlmmPoisson::new(data, device)?, device),
         "dugongs_model" => program(name, dugongs::Dugongs::new(data, device)?, device),
+        "hmm_gaussian" => program(name, hmm_stancon::HmmGaussian::new(data, device)?, device),
+        "iohmm_reg" => program(name, hmm_stancon::IohmmReg::new(data, device)?, device),
+        "losscurve_sislob" => program(name, loss_curves::LossCurve::new(data, device)?, device),
+        "soil_incubation" => program(name, soil_carbon::SoilIncubation::new(data, device)?, device),
+        "bym2_offset_only" => program(name, bym2::Bym2::new(data, device)?, device),
         _ => Err(PosteriorDbError::UnknownModel {
             posterior: name.to_string(),
             model: model.to_string(),

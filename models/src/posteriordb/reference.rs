@@ -4,6 +4,8 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use parvi_model::program::StanModel as _;
+
 use super::data::read_json;
 use super::{PosteriorDbError, PosteriorDbModel};
 
@@ -220,7 +222,8 @@ impl ReferenceMoments {
         let Some(Value::Object(params)) = json.get("parameters") else {
             return Err(invalid("parameters", "expected an object from parameter name to its mean and sd".into()));
         };
-        if let Some(extra) = params.keys().find(|k| !names.contains(k)) {
+        let generated = model.generated_names();
+        if let Some(extra) = params.keys().find(|k| !names.contains(k) && !generated.contains(k)) {
             return Err(invalid(extra, format!("the model does not report `{extra}` ({})", names.join(", "))));
         }
         let (mut out_names, mut columns, mut mean, mut sd) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
