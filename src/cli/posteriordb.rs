@@ -121,6 +121,9 @@ pub struct PosteriorDbRow {
     /// Wall seconds of the default path's phases (engines; NUTS reports none here).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub phase_seconds: Option<PhaseSeconds>,
+    /// The phases the default path took (`parvi_infer::FitResult::path`; empty for NUTS).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub path: Vec<parvi_infer::Phase>,
 }
 
 /// Where a default-path row's wall time went.
@@ -223,8 +226,8 @@ pub fn run(args: PosteriorDbArgs) -> Result<()> {
             for w in row.diagnostics.iter().flat_map(|d| &d.warnings) {
                 println!("    warning: {w}");
             }
-            if let Some(p) = row.diagnostics.as_ref().and_then(|d| d.polish.as_ref()) {
-                println!("    polished: {}", p.describe());
+            for phase in &row.path {
+                println!("    {phase}");
             }
             rows.push(row);
         }
@@ -295,6 +298,7 @@ impl PosteriorDbRow {
             diagnostics: None,
             error: Some(format!("{error:#}")),
             phase_seconds: None,
+            path: Vec::new(),
         }
     }
 }
@@ -311,6 +315,7 @@ fn run_one(
     let started = Instant::now();
     let mut diagnostics = None;
     let mut phase_seconds = None;
+    let mut path = Vec::new();
     let (reported, weights, score_evals) = if method == NUTS_RS {
         let dim = model.dim();
         let nuts = NutsConfig { tune: args.nuts_tune, draws: args.nuts_draws, seed: args.seed };
@@ -363,6 +368,7 @@ fn run_one(
             polish: result.diagnostics.polish.as_ref().map_or(0.0, |p| p.seconds),
         });
         diagnostics = Some(result.diagnostics);
+        path = result.path;
         (reported, weights, result.density_evals)
     };
     let seconds = started.elapsed().as_secs_f64();
@@ -392,6 +398,7 @@ fn run_one(
         mean_error_sd: named(&comparison.mean_error_sd),
         sd_ratio: named(&comparison.sd_ratio),
         diagnostics,
+        path,
         error: None,
         phase_seconds,
     })
