@@ -356,4 +356,34 @@ mod tests {
             assert!((v / var - 1.0).abs() < 4.0 * (2.0 / f.min_ess).sqrt(), "variance {j}: {v} vs {var}");
         }
     }
+
+    /// The evidence rule on exact draws: a frame that whitens a strongly correlated Gaussian
+    /// (`L` its Cholesky factor) is picked over the model's coordinates, where the correlation
+    /// is left; a frame whose `L` correlates independent coordinates is refused for them. The
+    /// maps between the two coordinate systems are inverse to each other.
+    #[test]
+    fn the_evidence_picks_the_coordinates_whose_correlation_is_better_conditioned() {
+        let device = BackendKind::Flex.device().unwrap();
+        let d = 8;
+        let (mean, _, l) = correlated(d);
+        let model = Gaussian::new(&mean, &vec_identity(d), &device).unwrap();
+        let mut rng = EngineRng::new(3);
+        let standard: Vec<f64> = (0..400 * d).map(|_| rng.normal()).collect();
+        let own = OwnCoordinates { model: &model, shift: &mean, lower: l.lower(), forced: false };
+        // Draws of N(mean, L L^T) seen in the frame of L: independent there.
+        let z: Vec<f32> = standard.iter().map(|&v| v as f32).collect();
+        let c = choose_coordinates(&z, d, &own);
+        assert!(!c.own && c.condition_frame < 3.0 && c.condition_own > 20.0 * c.condition_frame, "{c:?}");
+        // Independent draws in the model's coordinates, seen in the same frame: correlated there.
+        let x: Vec<f64> = standard.iter().zip(mean.iter().cycle()).map(|(e, m)| e + m).collect();
+        let z: Vec<f32> = own.to_frame(&x).into_iter().map(|v| v as f32).collect();
+        let c = choose_coordinates(&z, d, &own);
+        assert!(c.own && c.condition_own < 3.0 && c.condition_frame > 10.0 * c.condition_own, "{c:?}");
+        let back = own.to_own(&own.to_frame(&x));
+        assert!(back.iter().zip(&x).all(|(a, b)| (a - b).abs() < 1e-9));
+    }
+
+    fn vec_identity(d: usize) -> Vec<f64> {
+        (0..d * d).map(|k| if k / d == k % d { 1.0 } else { 0.0 }).collect()
+    }
 }
