@@ -71,8 +71,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 });
                 let choice = nuts.and_then(|p| p.frame_choice.as_ref());
                 let (conditions, picks) = choice.map_or((String::from("-"), String::from("-")), |c| {
-                    let picks = if c.condition_own < c.condition_frame { "own" } else { "frame" };
-                    (format!("{:.3e} / {:.3e} ({} draws)", c.condition_frame, c.condition_own, c.draws), picks.into())
+                    let picks = if c.evidence_picks_own() { "own" } else { "frame" };
+                    let numbers = format!(
+                        "{:.3e} / {:.3e} (noise {:.2}, {} draws)",
+                        c.condition_frame, c.condition_own, c.noise, c.draws
+                    );
+                    (numbers, picks.into())
                 });
                 let dense = if nuts.is_some_and(|p| p.dense_metric) { " (dense frame)" } else { "" };
                 println!(

@@ -302,8 +302,22 @@ pub struct FrameChoice {
     pub condition_frame: f64,
     /// The same in the model's own coordinates.
     pub condition_own: f64,
+    /// The condition number sampling noise alone gives the correlation of as many independent
+    /// draws in as many dimensions (the Marchenko-Pastur edges, shrunk alike): the factor by
+    /// which the frame's must exceed the model's before the model's coordinates are picked.
+    #[serde(default)]
+    pub noise: f64,
     /// Draws the numbers came from.
     pub draws: usize,
+}
+
+impl FrameChoice {
+    /// Whether the evidence picks the model's own coordinates: the frame's correlation is worse
+    /// conditioned by more than sampling noise explains (the frame, the Laplace approximation's
+    /// own guess, is kept otherwise).
+    pub fn evidence_picks_own(&self) -> bool {
+        self.condition_own * self.noise < self.condition_frame
+    }
 }
 
 impl Polish {

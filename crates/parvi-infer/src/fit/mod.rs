@@ -68,8 +68,10 @@ pub enum Precondition {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum NutsFrame {
-    /// In the frame or the model's own coordinates, whichever leaves the draws before NUTS (the
-    /// chains it takes over, else the check's) the smaller correlation condition number.
+    /// In the model's own coordinates where the draws before NUTS (the chains it takes over,
+    /// else the check's) have a correlation condition number smaller than in the frame by more
+    /// than sampling noise explains ([`crate::evaluation::FrameChoice::evidence_picks_own`]);
+    /// else in the frame.
     #[default]
     Evidence,
     /// Always in the frame (the path before issue 59).

@@ -17,8 +17,9 @@
 //! verified, not trusted (issue 59): a Laplace mode far from the posterior's mass (group scales
 //! 6-9x the posterior's, a scale run down a funnel's neck) whitens by a curvature that is a poor
 //! metric. NUTS runs in the frame or in the model's own coordinates, whichever leaves the chains'
-//! draws the better conditioned correlation, which is what a diagonal metric cannot adapt away
-//! ([`choose_coordinates`]); the report keeps both condition numbers.
+//! draws the better conditioned correlation (what a diagonal metric cannot adapt away) by more
+//! than sampling noise explains, the frame otherwise ([`choose_coordinates`]); the report keeps
+//! both condition numbers.
 
 use std::time::Instant;
 
@@ -196,19 +197,36 @@ const EVIDENCE_ROWS: usize = 2000;
 
 /// Where NUTS runs: in the frame (`evidence`'s coordinates, rows of `d`) or in the model's own
 /// coordinates, whichever leaves the draws' correlation matrix the smaller condition number (a
-/// diagonal metric adapts the scales, not the correlation); ties stay in the frame.
+/// diagonal metric adapts the scales, not the correlation), by more than sampling noise
+/// explains ([`FrameChoice::evidence_picks_own`]); else the frame stays.
 pub(super) fn choose_coordinates(evidence: &[f32], d: usize, own: &OwnCoordinates<'_>) -> FrameChoice {
     let n = evidence.len() / d;
     let every = n.div_ceil(EVIDENCE_ROWS).max(1);
     let z: Vec<f64> = evidence.chunks(d).step_by(every).flatten().map(|&v| f64::from(v)).collect();
     let in_frame = correlation_condition(&z, d);
     let in_own = correlation_condition(&own.to_own(&z), d);
-    FrameChoice {
-        own: own.forced || in_own < in_frame,
+    let rows = z.len() / d;
+    let mut choice = FrameChoice {
+        own: false,
         condition_frame: in_frame,
         condition_own: in_own,
-        draws: z.len() / d,
-    }
+        noise: noise_condition(rows, d),
+        draws: rows,
+    };
+    choice.own = own.forced || choice.evidence_picks_own();
+    choice
+}
+
+/// The condition number of the correlation of `n` independent draws in `d` dimensions from
+/// sampling noise alone, under [`correlation_condition`]'s shrinkage: the ratio of the
+/// Marchenko-Pastur edges `(1 +- sqrt(d / n))^2` (the lower one 0 where `d >= n`), each shrunk
+/// towards 1 by `d / (n + d)`.
+fn noise_condition(n: usize, d: usize) -> f64 {
+    let (n, d) = (n as f64, d as f64);
+    let ratio = (d / n).sqrt();
+    let lambda = d / (n + d);
+    let edge = |mu: f64| (1.0 - lambda) * mu + lambda;
+    edge((1.0 + ratio).powi(2)) / edge((1.0 - ratio).max(0.0).powi(2))
 }
 
 /// The condition number of the correlation matrix of `rows` (`d` values each), shrunk towards the

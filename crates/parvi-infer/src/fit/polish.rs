@@ -140,11 +140,11 @@ fn kernel_phases(
     let start = if report.from_start { ", from the initial particles" } else { "" };
     let kernel = |p: &Polish, outcome: String| {
         let (name, mala) = match p.mala_before_chees {
-            Some(m) => ("mala, chees".to_string(), format!(" ({m} of them MALA's)")),
-            None => (p.kernel.name().to_string(), String::new()),
+            Some(m) => ("mala, chees", format!(" ({m} of them MALA's)")),
+            None => (phase_name(p.kernel), String::new()),
         };
         Phase::new(
-            &name,
+            name,
             format!("{} chains, {} steps after {} of warm-up{mala} {frame}{start}", p.chains, p.steps, p.warmup),
             outcome,
             p.score_evals,
@@ -254,6 +254,17 @@ fn declined(outcome: Result<(Polished, Vec<String>), InferError>, rhat: f64, ess
             );
             (why, Phase::new("nuts", String::new(), format!("failed ({e}), dropped"), 0, 0.0))
         }
+    }
+}
+
+/// A polish kernel's phase name: its command-line name (`--polish-kernel`).
+fn phase_name(kernel: PolishKernel) -> &'static str {
+    match kernel {
+        PolishKernel::Auto => "auto",
+        PolishKernel::Mala => "mala",
+        PolishKernel::AutoMala => "auto-mala",
+        PolishKernel::Chees => "chees",
+        PolishKernel::Nuts => "nuts",
     }
 }
 
