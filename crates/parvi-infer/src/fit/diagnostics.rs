@@ -4,6 +4,7 @@ use parvi_model::LogDensity;
 use serde::{Deserialize, Serialize};
 
 use super::check::{checked, stationarity_warning};
+use super::path::Phase;
 use crate::evaluation::{Polish, PolishKernel, Stationarity, StationarityConfig};
 use crate::{InferError, Laplace, Particles};
 
@@ -217,6 +218,24 @@ impl Diagnostics {
             ));
         }
         out
+    }
+}
+
+/// Puts each finding where it belongs: a phase's is a note of that phase in `path`, and a
+/// warning too unless the draws returned `passed`; one about the answer (or of a phase with no
+/// record) is a warning.
+pub(super) fn sort_findings(findings: Vec<Finding>, passed: bool, warnings: &mut Vec<String>, path: &mut [Phase]) {
+    for f in findings {
+        let record = f.phase.as_ref().and_then(|name| path.iter_mut().rev().find(|p| &p.name == name));
+        match record {
+            Some(phase) => {
+                if !passed {
+                    warnings.push(f.text.clone());
+                }
+                phase.notes.push(f.text);
+            }
+            None => warnings.push(f.text),
+        }
     }
 }
 

@@ -402,26 +402,8 @@ pub fn fit_reported(
     }
     diagnostics.pareto_k = diagnostics.pareto_k.or(pre.pathfinder.as_ref().map(|p| p.pareto_k));
     findings.extend(diagnostics.findings(run.method, pre.laplace.as_ref()));
-    // Later draws that passed stand for the posterior: what an earlier phase left is moot.
-    let answer_passed = match (&diagnostics.polish, run.is_mcmc()) {
-        (Some(p), _) => polished.is_some() && p.converged,
-        (None, true) => {
-            diagnostics.max_rhat.is_some_and(|r| r <= MAX_RHAT) && diagnostics.min_ess.is_some_and(|e| e >= MIN_ESS)
-        }
-        (None, false) => false,
-    };
-    for f in findings {
-        let record = f.phase.as_ref().and_then(|name| path.iter_mut().rev().find(|p| &p.name == name));
-        match record {
-            Some(phase) => {
-                if !answer_passed {
-                    diagnostics.warnings.push(f.text.clone());
-                }
-                phase.notes.push(f.text);
-            }
-            None => diagnostics.warnings.push(f.text),
-        }
-    }
+    let passed = answer_passed(&diagnostics, polished.is_some(), run.is_mcmc());
+    diagnostics::sort_findings(findings, passed, &mut diagnostics.warnings, &mut path);
 
     // The answer, in the model's own coordinates: the polish step's draws, an MCMC engine's
     // trace (one chain per particle), or the final particles.
@@ -451,6 +433,18 @@ pub fn fit_reported(
         diagnostics,
         path,
     })
+}
+
+/// Whether the draws returned passed: the polish step's converged, or an MCMC engine's trace
+/// has R-hat and ESS within bounds. Then what an earlier phase left is moot.
+fn answer_passed(diagnostics: &Diagnostics, polished: bool, mcmc: bool) -> bool {
+    match (&diagnostics.polish, mcmc) {
+        (Some(p), _) => polished && p.converged,
+        (None, true) => {
+            diagnostics.max_rhat.is_some_and(|r| r <= MAX_RHAT) && diagnostics.min_ess.is_some_and(|e| e >= MIN_ESS)
+        }
+        (None, false) => false,
+    }
 }
 
 /// Checks the settings the path uses beyond the engine's; returns the stationarity check's.
