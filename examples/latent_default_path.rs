@@ -99,16 +99,14 @@ fn default_path<P: Program>(model: &Compiled<P>, device: &Device) -> (FitResult,
     (result, started.elapsed().as_secs_f64())
 }
 
-/// The run's warnings and the seconds of its phases.
+/// The run's warnings and the path it took.
 fn print_diagnostics(result: &FitResult) {
     for w in &result.diagnostics.warnings {
         println!("  warning: {w}");
     }
-    let polish = result.diagnostics.polish.as_ref().map(|p| p.describe()).unwrap_or_default();
-    println!(
-        "  phases: mode search {:.1} s, particles {:.1} s ({} steps), polish {polish}",
-        result.laplace_seconds, result.seconds, result.steps_run
-    );
+    for phase in &result.path {
+        println!("  {phase}");
+    }
 }
 
 /// Every model, or the one named by the first argument (`irt`, `sv`, `pk`; `pk-speed`, `pk-data`).

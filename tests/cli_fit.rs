@@ -34,6 +34,11 @@ fn fit_writes_summary_particles_and_plot_from_a_config_file() {
     let steps = summary["steps"].as_u64().unwrap();
     assert!(steps > 0 && steps <= 800, "{steps}");
     assert_eq!(summary["backend"], "flex");
+    // The phases the run took, one record each (issue 59), the polish step's last.
+    let path = summary["path"].as_array().expect("the path");
+    let names: Vec<&str> = path.iter().filter_map(|p| p["name"].as_str()).collect();
+    assert_eq!(names[..3], ["laplace", "svgd", "stationarity check"], "{path:#?}");
+    assert!(path.iter().all(|p| p["evals"].as_u64().is_some_and(|e| e > 0)), "{path:#?}");
     let mean: Vec<f64> = serde_json::from_value(summary["posterior_mean"].clone()).unwrap();
     assert!((mean[0] + 0.6871).abs() < 0.05 && (mean[1] - 0.8010).abs() < 0.05, "{mean:?}");
     let csv = std::fs::read_to_string(out_dir.join("particles.csv")).unwrap();

@@ -261,6 +261,10 @@ pub struct FitSummary {
     pub polish: Option<parvi_infer::evaluation::Polish>,
     /// Convergence warnings (empty when the diagnostics passed).
     pub warnings: Vec<String>,
+    /// The phases the run took (`parvi_infer::FitResult::path`): what each did, what came of it,
+    /// its cost, and what was found wrong with its output.
+    #[serde(default)]
+    pub path: Vec<parvi_infer::Phase>,
     /// Processes that shared the particles (1 without `--distributed`).
     #[serde(default)]
     pub ranks: Option<usize>,
@@ -564,6 +568,7 @@ fn run_with(args: FitArgs, collective: Group, user: Option<&UserModel<'_>>) -> R
         stationarity: diagnostics.stationarity.clone(),
         polish: diagnostics.polish.clone(),
         warnings: diagnostics.warnings.clone(),
+        path: result.path.clone(),
         ranks: Some(collective.as_ref().map_or(1, |c| c.size())),
         communication_ms_per_step: communication_ms_per_step(&collective, result.steps_run),
         loo: None,
@@ -628,6 +633,12 @@ fn run_with(args: FitArgs, collective: Group, user: Option<&UserModel<'_>>) -> R
     }
     println!("{header}\n{}", stats.table());
     println!("{}", summary_footer(&stats));
+    if !result.path.is_empty() {
+        println!("\nThe path:");
+        for phase in &result.path {
+            println!("  {phase}");
+        }
+    }
     if let Some(loo) = &summary.loo {
         println!("\nPSIS-LOO from the generated log_lik (Vehtari, Gelman & Gabry 2017):\n{loo}");
     }

@@ -128,6 +128,9 @@ pub struct PosteriorDbRow {
     /// Wall seconds of the default path's phases (engines; NUTS reports none here).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub phase_seconds: Option<PhaseSeconds>,
+    /// The phases the default path took (`parvi_infer::FitResult::path`; empty for NUTS).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub path: Vec<parvi_infer::Phase>,
 }
 
 /// Where a default-path row's wall time went.
@@ -233,8 +236,8 @@ pub fn run(args: PosteriorDbArgs) -> Result<()> {
             for w in row.diagnostics.iter().flat_map(|d| &d.warnings) {
                 println!("    warning: {w}");
             }
-            if let Some(p) = row.diagnostics.as_ref().and_then(|d| d.polish.as_ref()) {
-                println!("    polished: {}", p.describe());
+            for phase in &row.path {
+                println!("    {phase}");
             }
             rows.push(row);
         }
@@ -345,6 +348,7 @@ impl PosteriorDbRow {
             error: Some(format!("{error:#}")),
             note: None,
             phase_seconds: None,
+            path: Vec::new(),
         }
     }
 }
@@ -368,6 +372,7 @@ fn run_one(
     let compared = |x: parvi_model::burn::tensor::Tensor<2>| -> Result<Vec<f64>> {
         Ok(to_vec_f64(&if generated { model.compared(x, args.seed)? } else { model.reported(x) }))
     };
+    let mut path = Vec::new();
     let (reported, weights, score_evals) = if method == NUTS_RS {
         let dim = model.dim();
         let nuts = NutsConfig { tune: args.nuts_tune, draws: args.nuts_draws, seed: args.seed };
@@ -419,6 +424,7 @@ fn run_one(
             polish: result.diagnostics.polish.as_ref().map_or(0.0, |p| p.seconds),
         });
         diagnostics = Some(result.diagnostics);
+        path = result.path;
         (reported, weights, result.density_evals)
     };
     let seconds = started.elapsed().as_secs_f64();
@@ -463,6 +469,7 @@ fn run_one(
         mean_error_sd: named(&comparison.mean_error_sd),
         sd_ratio: named(&comparison.sd_ratio),
         diagnostics,
+        path,
         error: None,
         note: None,
         phase_seconds,

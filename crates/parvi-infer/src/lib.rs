@@ -39,6 +39,8 @@ pub use engines::{
 };
 pub use error::InferError;
 pub use evaluation::{Trace, TraceConfig};
-pub use fit::{DEFAULT_STEPS, Diagnostics, FitConfig, FitResult, Precondition, SettleConfig, fit, fit_reported};
+pub use fit::{
+    DEFAULT_STEPS, Diagnostics, FitConfig, FitResult, NutsFrame, Phase, Precondition, SettleConfig, fit, fit_reported,
+};
 pub use kernels::{Bandwidth, Imq, Kernel, KernelConfig, MultiKernel, RadialEval, Rbf};
 pub use registry::{EngineSpec, MethodConfig};

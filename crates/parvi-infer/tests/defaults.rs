@@ -52,6 +52,15 @@ fn default_fit_gets_the_variances_of_a_20d_ill_conditioned_gaussian_within_10_pe
     let p = result.diagnostics.polish.as_ref().expect("the default polishes a flagged run");
     assert!(p.converged && p.max_rhat <= 1.01 && p.min_ess >= 400.0, "{p:?}");
     assert!(w.is_empty(), "{w:#?}");
+    // The path says what happened: the check's rejection is a line of it (its phase's outcome and
+    // note), not a warning, since the polished draws that are returned passed.
+    let names: Vec<&str> = result.path.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names[..3], ["laplace", "svgd", "stationarity check"], "{:#?}", result.path);
+    let check = &result.path[2];
+    assert!(check.outcome.starts_with("rejected"), "{check}");
+    assert!(check.notes.iter().any(|n| n.contains("biased fixed point")), "{check}");
+    let last = result.path.last().expect("a polish phase");
+    assert!(last.outcome.ends_with("returned") && result.path.iter().all(|p| p.evals > 0), "{:#?}", result.path);
     let (m, v) = moments(&result.draws.to_rows().iter().flatten().map(|&x| x as f64).collect::<Vec<_>>(), d);
     for j in 0..d {
         let var = cov[j * d + j];
@@ -87,6 +96,8 @@ fn funnel_with_defaults_is_right_and_flagged() {
     assert!(m[0].abs() < 0.5 && (c[0].sqrt() / 3.0 - 1.0).abs() < 0.2, "v mean {:.2} sd {:.2}", m[0], c[0].sqrt());
     assert!(r.diagnostics.warnings.iter().any(|w| w.contains("did not mix")), "{:#?}", r.diagnostics.warnings);
     assert!(r.diagnostics.warnings.iter().any(|w| w.contains("tried NUTS")), "{:#?}", r.diagnostics.warnings);
+    // The dropped NUTS is a phase of the path, too.
+    assert!(r.path.iter().any(|p| p.name == "nuts" && p.outcome.contains("dropped")), "{:#?}", r.path);
 }
 
 /// The 10-d funnel with every default, for docs/posteriordb.md ("Neal's funnel"):

@@ -24,8 +24,9 @@ pub use loo::{
 };
 pub use metrics::{Statistic, ksd_squared, mmd_squared, weighted_mmd_squared};
 pub use polish::{
-    CHEES_AFTER, CHEES_PROJECTED, HOPELESS_RHAT, MAX_KEPT, NUTS_AFTER, NUTS_CHAINS, PROBE_STEPS, PROJECT_FROM, Polish,
-    PolishConfig, PolishKernel, PolishWhen, Polished, STUCK_ACCEPTANCE, STUCK_SHARE, polish, polish_reported,
+    CHEES_AFTER, CHEES_PROJECTED, FrameChoice, HOPELESS_RHAT, MAX_KEPT, NUTS_AFTER, NUTS_CHAINS, PROBE_STEPS,
+    PROJECT_FROM, Polish, PolishConfig, PolishKernel, PolishWhen, Polished, STUCK_ACCEPTANCE, STUCK_SHARE, polish,
+    polish_reported,
 };
 pub(crate) use polish::{TakeOver, chains_statistic, polish_offering};
 pub use stationarity::{

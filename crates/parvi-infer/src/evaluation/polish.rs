@@ -285,6 +285,39 @@ pub struct Polish {
     /// ChEES-HMC, counted in `warmup`; `None` where no hand-off happened.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mala_before_chees: Option<usize>,
+    /// NUTS's coordinates, where [`crate::fit`] chose them from the draws before it: the frame
+    /// the engine ran in or the model's own; `None` where no choice was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frame_choice: Option<FrameChoice>,
+}
+
+/// Where NUTS ran and the evidence (issue 59, the frame verified): the condition number of the
+/// correlation matrix of the draws before it, in the frame and in the model's own coordinates
+/// (what NUTS's diagonal metric leaves in each).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FrameChoice {
+    /// Whether NUTS ran in the model's own coordinates (else in the frame).
+    pub own: bool,
+    /// The draws' correlation condition number in the frame.
+    pub condition_frame: f64,
+    /// The same in the model's own coordinates.
+    pub condition_own: f64,
+    /// The condition number sampling noise alone gives the correlation of as many independent
+    /// draws in as many dimensions (the Marchenko-Pastur edges, shrunk alike): the factor by
+    /// which the frame's must exceed the model's before the model's coordinates are picked.
+    #[serde(default)]
+    pub noise: f64,
+    /// Draws the numbers came from.
+    pub draws: usize,
+}
+
+impl FrameChoice {
+    /// Whether the evidence picks the model's own coordinates: the frame's correlation is worse
+    /// conditioned by more than sampling noise explains (the frame, the Laplace approximation's
+    /// own guess, is kept otherwise).
+    pub fn evidence_picks_own(&self) -> bool {
+        self.condition_own * self.noise < self.condition_frame
+    }
 }
 
 impl Polish {
@@ -479,6 +512,7 @@ pub(crate) fn polish_offering(
             seconds: started.elapsed().as_secs_f64(),
             before_nuts: None,
             mala_before_chees,
+            frame_choice: None,
         },
     })
 }
