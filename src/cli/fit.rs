@@ -229,6 +229,10 @@ pub struct FitSummary {
     pub polish: Option<parvi_infer::evaluation::Polish>,
     /// Convergence warnings (empty when the diagnostics passed).
     pub warnings: Vec<String>,
+    /// What the samplers did that is no warning about the draws (proposals rejected for a
+    /// failed evaluation), printed as `note:` lines.
+    #[serde(default)]
+    pub notes: Vec<String>,
     /// Processes that shared the particles (1 without `--distributed`).
     #[serde(default)]
     pub ranks: Option<usize>,
@@ -526,6 +530,7 @@ fn run_with(args: FitArgs, collective: Group, user: Option<&UserModel<'_>>) -> R
         stationarity: diagnostics.stationarity.clone(),
         polish: diagnostics.polish.clone(),
         warnings: diagnostics.warnings.clone(),
+        notes: diagnostics.notes.clone(),
         ranks: Some(collective.as_ref().map_or(1, |c| c.size())),
         communication_ms_per_step: communication_ms_per_step(&collective, result.steps_run),
         loo: None,
@@ -589,6 +594,9 @@ fn run_with(args: FitArgs, collective: Group, user: Option<&UserModel<'_>>) -> R
     println!("{}", summary_footer(&stats));
     if let Some(loo) = &summary.loo {
         println!("\nPSIS-LOO from the generated log_lik (Vehtari, Gelman & Gabry 2017):\n{loo}");
+    }
+    for note in &diagnostics.notes {
+        eprintln!("note: {note}");
     }
     for w in &warnings {
         eprintln!("warning: {w}");

@@ -79,6 +79,88 @@ pub fn score(model: &dyn LogDensity, particles: Tensor<2>, batch: Option<&Miniba
     Ok(Score { log_prob, grad })
 }
 
+/// A batched score for a sampler, whose proposals' failures are theirs and not the run's.
+#[derive(Clone, Debug)]
+pub struct RowScore {
+    /// `log p` and its gradient; NaN at every row of a call the model could not evaluate.
+    pub score: Score,
+    /// Why the model could not evaluate the call (every row NaN): its own error (an ODE solve
+    /// that failed at every row) where it recorded one. `None` where the call went through, even
+    /// if some rows are not finite: those are the caller's to judge.
+    pub failure: Option<String>,
+}
+
+/// The score at every row where a failed evaluation is a rejected proposal, as Stan rejects a
+/// proposal whose log density throws: a model that could not evaluate the call (it returned an
+/// untracked NaN, [`LogDensity::take_error`]) gives NaN at every row and its error as
+/// [`RowScore::failure`], not an error. Rows of `particles` that are not finite do not reach the
+/// model when the call fails (an ODE refuses a whole call for one non-finite initial state): the
+/// others are evaluated again on their own. What is not the particles' fault stays an error: a
+/// dimension mismatch, a density with no gradient at all.
+pub fn score_rows(
+    model: &dyn LogDensity,
+    particles: Tensor<2>,
+    batch: Option<&Minibatch>,
+) -> Result<RowScore, ModelError> {
+    let [n, dim] = particles.dims();
+    if dim != model.dim() {
+        return Err(ModelError::DimensionMismatch { expected: model.dim(), got: dim });
+    }
+    let leaf = particles.clone().detach().autodiff().require_grad();
+    let value = model.log_prob(leaf.clone(), batch);
+    if value.is_tracked() {
+        let grads = value.clone().sum().backward();
+        let grad = leaf.grad(&grads).ok_or(ModelError::NoGradient)?;
+        return Ok(RowScore { score: Score { log_prob: value.detach(), grad }, failure: None });
+    }
+    release_graph(&leaf);
+    let error = model.take_error();
+    let values = crate::tensor_ops::to_vec_f32(&value);
+    // A value-only density returns values; a failed call returns NaN at every row. (Threads
+    // sharing a model share its error slot, so another thread's failed call may have taken this
+    // one's error: the NaN still says it failed.)
+    if error.is_none() && !values.iter().all(|v| v.is_nan()) {
+        return Err(ModelError::NoGradient);
+    }
+    let cause = error.map_or_else(
+        || "the model's evaluation failed at every row (its error went to another thread's call)".to_string(),
+        |e| e.to_string(),
+    );
+    let device = particles.device();
+    let rows_finite = host_rows_finite(&particles);
+    let finite: Vec<usize> = (0..n).filter(|&i| rows_finite[i]).collect();
+    if n > 1 && !finite.is_empty() && finite.len() < n {
+        // The call failed with non-finite rows in it: the finite rows on their own.
+        let idx = Tensor::<1, burn::tensor::Int>::from_data(
+            burn::tensor::TensorData::new(finite.iter().map(|&i| i as i64).collect::<Vec<_>>(), [finite.len()]),
+            &device,
+        );
+        let part = score_rows(model, particles.select(0, idx), batch)?;
+        let (lp_part, grad_part) =
+            (crate::tensor_ops::to_vec_f32(&part.score.log_prob), crate::tensor_ops::to_vec_f32(&part.score.grad));
+        let (mut lp, mut grad) = (vec![f32::NAN; n], vec![f32::NAN; n * dim]);
+        for (k, &i) in finite.iter().enumerate() {
+            lp[i] = lp_part[k];
+            grad[i * dim..(i + 1) * dim].copy_from_slice(&grad_part[k * dim..(k + 1) * dim]);
+        }
+        let log_prob = Tensor::from_data(burn::tensor::TensorData::new(lp, [n]), &value.device());
+        let grad = crate::tensor_ops::matrix_from_vec(grad, n, dim, &device);
+        return Ok(RowScore { score: Score { log_prob, grad }, failure: part.failure });
+    }
+    // On the devices a tracked call's results are on: the value's, and the particles' for the
+    // gradient (which carries no autodiff).
+    let log_prob = value.full_like(f32::NAN);
+    let grad = particles.full_like(f32::NAN);
+    Ok(RowScore { score: Score { log_prob, grad }, failure: Some(cause) })
+}
+
+/// Per row of `[n, dim]`, whether every entry is finite (a host read).
+fn host_rows_finite(x: &Tensor<2>) -> Vec<bool> {
+    let [n, dim] = x.dims();
+    let values = crate::tensor_ops::to_vec_f32(x);
+    (0..n).map(|i| values[i * dim..(i + 1) * dim].iter().all(|v| v.is_finite())).collect()
+}
+
 /// `log p` without building a graph (gradient-free engines, evaluation).
 pub fn log_prob_value(
     model: &dyn LogDensity,
