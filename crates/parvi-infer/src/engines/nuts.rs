@@ -431,7 +431,9 @@ struct Batched<'a> {
 struct Evaluated {
     log_prob: Vec<f64>,
     grad: Vec<f64>,
-    /// Why the model could not evaluate the call at all (every row NaN), where it could not.
+    /// Per row, whether the model could not evaluate it (empty: every row went through), and
+    /// why ([`parvi_model::RowScore`]).
+    failed: Vec<bool>,
     failure: Option<String>,
 }
 
@@ -440,8 +442,8 @@ impl Evaluated {
     /// log density of `-inf` with any gradient is a point outside the support, not a failure.
     fn failure_of(&self, k: usize, dim: usize) -> Option<String> {
         let lp = self.log_prob[k];
-        if let Some(cause) = &self.failure {
-            return Some(cause.clone());
+        if self.failed.get(k).copied().unwrap_or(false) {
+            return Some(self.failure.clone().unwrap_or_else(|| "the model's evaluation failed".into()));
         }
         if lp.is_nan() || lp == f64::INFINITY {
             return Some(format!("the log density is {lp}"));
@@ -457,9 +459,9 @@ impl Evaluated {
 }
 
 impl Batched<'_> {
-    /// The log densities and gradients at the rows `q` (`rows * dim`, row-major). A call the
-    /// model could not evaluate is NaN at every row with its cause, not an error: each chain
-    /// rejects its proposal there ([`score_rows`]).
+    /// The log densities and gradients at the rows `q` (`rows * dim`, row-major). A row the
+    /// model could not evaluate is NaN with its cause, not an error: its chain rejects the
+    /// proposal there ([`score_rows`]).
     fn eval(&mut self, q: &[f64]) -> Result<Evaluated, InferError> {
         let started = Instant::now();
         let rows = q.len() / self.dim;
@@ -469,7 +471,7 @@ impl Batched<'_> {
         let grad = to_vec_f32(&scored.score.grad).into_iter().map(f64::from).collect();
         self.calls += 1;
         self.seconds += started.elapsed().as_secs_f64();
-        Ok(Evaluated { log_prob, grad, failure: scored.failure })
+        Ok(Evaluated { log_prob, grad, failed: scored.failed, failure: scored.failure })
     }
 }
 

@@ -359,17 +359,13 @@ impl FailureTally {
 /// The score at the chains' proposals `y` `[n, d]` for a batched Metropolis step: every row whose
 /// evaluation failed ([`FailureTally`]) gets a NaN log density, which each sampler's test rejects
 /// (NaN compares false; an energy that is not finite is a divergence), and is counted in
-/// `failed`; a call the model could not evaluate is NaN at every row, not an error
+/// `failed`; a row the model could not evaluate is NaN, not an error, and never another chain's
 /// ([`parvi_model::score_rows`]). When every value is finite this costs two host reads of a
 /// scalar.
 pub(crate) fn proposal_score(model: &dyn LogDensity, y: Tensor<2>, failed: &FailureTally) -> Result<Score, InferError> {
-    let RowScore { score, failure } = parvi_model::score_rows(model, y, None)?;
+    let RowScore { score, failure, .. } = parvi_model::score_rows(model, y, None)?;
     let n = score.log_prob.dims()[0];
-    if let Some(cause) = failure {
-        failed.add(n, || cause);
-        return Ok(score);
-    }
-    if all_finite(&score.log_prob) && all_finite(&score.grad) {
+    if failure.is_none() && all_finite(&score.log_prob) && all_finite(&score.grad) {
         return Ok(score);
     }
     // Something is not finite: which rows failed, on the host (rare).
@@ -384,6 +380,9 @@ pub(crate) fn proposal_score(model: &dyn LogDensity, y: Tensor<2>, failed: &Fail
         return Ok(score);
     }
     failed.add(count, || {
+        if let Some(cause) = failure {
+            return cause;
+        }
         let i = bad.iter().position(|&b| b).unwrap_or(0);
         if lp[i].is_finite() {
             format!("the gradient is not finite (log density {})", lp[i])
@@ -399,12 +398,12 @@ pub(crate) fn proposal_score(model: &dyn LogDensity, y: Tensor<2>, failed: &Fail
 /// that names the model's cause (no chain could start); rows whose density is not finite start
 /// chains that reject every proposal, which their R-hat shows.
 pub(crate) fn start_score(model: &dyn LogDensity, start: Tensor<2>) -> Result<Score, InferError> {
-    let RowScore { score, failure } = parvi_model::score_rows(model, start, None)?;
+    let RowScore { score, failed, failure } = parvi_model::score_rows(model, start, None)?;
     match failure {
-        Some(cause) => Err(InferError::Numerical(format!(
+        Some(cause) if failed.iter().all(|&f| f) => Err(InferError::Numerical(format!(
             "the model could not be evaluated at any chain's starting point: {cause}"
         ))),
-        None => Ok(score),
+        _ => Ok(score),
     }
 }
 
