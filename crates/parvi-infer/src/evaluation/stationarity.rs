@@ -373,7 +373,11 @@ pub(crate) fn proposal_score(model: &dyn LogDensity, y: Tensor<2>, failed: &Fail
     let grad_finite = score.grad.clone().is_finite().all_dim(1).reshape([n]);
     let grad_finite = grad_finite.into_data().convert::<bool>().try_into_vec::<bool>().unwrap_or_default();
     let bad: Vec<bool> = (0..n)
-        .map(|i| lp[i].is_nan() || lp[i] == f32::INFINITY || (lp[i] > f32::NEG_INFINITY && !grad_finite[i]))
+        .map(|i| {
+            lp[i].is_nan()
+                || lp[i] == f32::INFINITY
+                || (lp[i] > f32::NEG_INFINITY && !grad_finite.get(i).copied().unwrap_or(false))
+        })
         .collect();
     let count = bad.iter().filter(|&&b| b).count();
     if count == 0 {
