@@ -265,6 +265,10 @@ pub struct FitSummary {
     /// its cost, and what was found wrong with its output.
     #[serde(default)]
     pub path: Vec<parvi_infer::Phase>,
+    /// What the samplers did that is no warning about the draws (proposals rejected for a
+    /// failed evaluation), printed as `note:` lines.
+    #[serde(default)]
+    pub notes: Vec<String>,
     /// Processes that shared the particles (1 without `--distributed`).
     #[serde(default)]
     pub ranks: Option<usize>,
@@ -569,6 +573,7 @@ fn run_with(args: FitArgs, collective: Group, user: Option<&UserModel<'_>>) -> R
         polish: diagnostics.polish.clone(),
         warnings: diagnostics.warnings.clone(),
         path: result.path.clone(),
+        notes: diagnostics.notes.clone(),
         ranks: Some(collective.as_ref().map_or(1, |c| c.size())),
         communication_ms_per_step: communication_ms_per_step(&collective, result.steps_run),
         loo: None,
@@ -641,6 +646,9 @@ fn run_with(args: FitArgs, collective: Group, user: Option<&UserModel<'_>>) -> R
     }
     if let Some(loo) = &summary.loo {
         println!("\nPSIS-LOO from the generated log_lik (Vehtari, Gelman & Gabry 2017):\n{loo}");
+    }
+    for note in &diagnostics.notes {
+        eprintln!("note: {note}");
     }
     for w in &warnings {
         eprintln!("warning: {w}");

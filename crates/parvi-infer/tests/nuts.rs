@@ -4,16 +4,18 @@
 //! without adaptation, where only correct multinomial weights keep the target (a wrong
 //! acceptance biases the sds); the tree depth and ESS of an isotropic Gaussian, which a wrong
 //! U-turn criterion would wreck (trees to the maximum depth, or random-walk draws); bad options
-//! refused by name.
+//! refused by name; a density whose evaluation fails in a region (as an ODE solve fails), whose
+//! failed proposals are rejected and counted, with one chain or a thread per chain.
 
 mod common;
 
-use common::{flex, posteriordb_dir};
-use parvi_infer::engines::{MetricEstimate, NutsConfig, NutsRun, nuts};
+use common::{FailsBeyond, flex, posteriordb_dir, truncated_normal};
+use parvi_infer::engines::{MetricEstimate, NutsConfig, NutsInit, NutsRun, nuts};
 use parvi_infer::evaluation::ess;
-use parvi_infer::{AdapterConfig, EngineRng, EngineSpec, FitConfig, KernelConfig, MethodConfig, fit};
+use parvi_infer::{AdapterConfig, EngineRng, EngineSpec, FitConfig, KernelConfig, MethodConfig, Whitened, fit};
 use parvi_model::LogDensity;
-use parvi_model::tensor_ops::to_vec_f64;
+use parvi_model::program::Compiled;
+use parvi_model::tensor_ops::{matrix_from_vec, to_vec_f64};
 use parvi_models::Gaussian;
 use parvi_models::posteriordb::compare::compare;
 use parvi_models::posteriordb::{self, ReferenceDraws};
@@ -235,4 +237,60 @@ fn draws_do_not_depend_on_the_threads() {
     assert_eq!(one.chain_reports, four.chain_reports);
     // One batched call serves every waiting chain: fewer calls than chain-gradients on one thread.
     assert!(one.batched_calls < one.gradients(), "{} calls for {} gradients", one.batched_calls, one.gradients());
+}
+
+/// Stan rejects a proposal whose log density throws (an ODE solve that fails) and the chain goes
+/// on. `FailsBeyond` fails past `x[1] = 0.5` as an ODE does: a failed row is NaN, and a call
+/// whose every row fails is the model's error with an untracked NaN. With one chain every call
+/// is one row, so every failure (at a far step-size trial, in a tree, at an init) is a whole
+/// call's error: the run goes to its end, the failed proposals are counted with their real cause,
+/// and the draws are the normal truncated at the cut (mean and sd in closed form) within their
+/// Monte Carlo error. Four chains on four threads (every failure a whole call's) and on one
+/// (rows batched, mostly a row's NaN) reject the same proposals and give the same draws.
+#[test]
+fn a_failed_evaluation_is_a_rejected_proposal_with_one_chain_or_a_thread_per_chain() {
+    let device = flex();
+    let cut = 0.5;
+    let model = Compiled::new(FailsBeyond { cut, one_row_fails_call: false }, &device).unwrap();
+    let (mean, sd) = truncated_normal(cut);
+    let config = NutsConfig { chains: 1, warmup: 500, draws: 4000, ..NutsConfig::default() };
+    let run = nuts(&model, &config, None, &mut EngineRng::new(5), &device).unwrap();
+    let chain = &run.chain_reports[0];
+    assert!(chain.failed_evaluations > 20, "{chain:?}");
+    let first = chain.first_failure.as_deref().unwrap();
+    assert!(first.contains("max_num_steps = 100 exceeded"), "{first}");
+    let note = format!(
+        "nuts: chain 1: {} proposals rejected for a failed evaluation (first at iteration",
+        chain.failed_evaluations
+    );
+    assert!(run.notes.len() == 1 && run.notes[0].starts_with(&note), "{:?}", run.notes);
+    assert_eq!(run.summary()["notes"][0].as_str(), Some(run.notes[0].as_str()));
+    assert_moments(&run, &[mean, 0.0], &[sd, 1.0], 0.0, "one chain, truncated at the failures");
+
+    let config = NutsConfig { chains: 4, threads: 4, warmup: 300, draws: 1000, ..NutsConfig::default() };
+    let threaded = nuts(&model, &config, None, &mut EngineRng::new(6), &device).unwrap();
+    let batched = nuts(&model, &NutsConfig { threads: 1, ..config }, None, &mut EngineRng::new(6), &device).unwrap();
+    assert_eq!(threaded.draws, batched.draws);
+    for (c, (a, b)) in threaded.chain_reports.iter().zip(&batched.chain_reports).enumerate() {
+        assert!(a.failed_evaluations > 0, "chain {c}: {a:?}");
+        assert_eq!(a.failed_evaluations, b.failed_evaluations, "chain {c}");
+    }
+    assert_eq!(threaded.notes.len(), 4, "{:?}", threaded.notes);
+    assert_moments(&threaded, &[mean, 0.0], &[sd, 1.0], 0.0, "a thread a chain, truncated at the failures");
+}
+
+/// Where a run must stop, its message is the model's own: a call that fails in the Laplace
+/// frame (the whitened density `fit` samples in) is the model's ODE error, not "no gradient is
+/// available"; NUTS from an init where the model fails says why.
+#[test]
+fn a_run_that_must_stop_names_the_models_failure() {
+    let device = flex();
+    let model = Compiled::new(FailsBeyond { cut: 0.5, one_row_fails_call: false }, &device).unwrap();
+    let frame = Whitened::affine(&model, &[0.0, 0.0], &[2.0, 0.0, 0.0, 1.0], &device).unwrap();
+    let beyond = matrix_from_vec(vec![1.0, 0.0], 1, 2, &device);
+    let err = parvi_model::score(&frame, beyond, None).unwrap_err().to_string();
+    assert!(err.contains("max_num_steps = 100 exceeded"), "{err}");
+    let config = NutsConfig { chains: 1, warmup: 10, draws: 10, init: NutsInit::Particles, ..NutsConfig::default() };
+    let err = nuts(&frame, &config, Some(&[1.0, 0.0]), &mut EngineRng::new(4), &device).unwrap_err().to_string();
+    assert!(err.contains("chain 1") && err.contains("max_num_steps = 100 exceeded"), "{err}");
 }

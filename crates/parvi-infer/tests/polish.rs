@@ -389,3 +389,48 @@ fn nuts_polish_under_fit_has_the_targets_moments_and_polish_alone_refuses_it() {
     let err = polish(&model, &biased_particles(64, &device), None, &polish_config, 7).err().expect("refused");
     assert!(err.to_string().contains("polish-kernel"), "{err}");
 }
+
+/// A failed evaluation is a rejected proposal for MALA, autoMALA and ChEES-HMC, as for Stan's
+/// sampler: `FailsBeyond` fails past `x[1] = 1` and, as an ODE refuses a whole call for one
+/// particle's non-finite initial state, any failing row fails the whole call (the model's error,
+/// an untracked NaN at every row). Each kernel's run goes to its end with the failures counted
+/// under the model's own cause (every chain's proposal rejected where a call failed: that
+/// rejection does not depend on the chain's own proposal, so each chain still keeps the target),
+/// and its draws are the normal truncated at the cut (mean and sd in closed form) within four
+/// Monte Carlo errors of their ESS.
+#[test]
+fn failed_evaluations_are_rejected_proposals_in_mala_auto_mala_and_chees() {
+    let device = flex();
+    let cut = 1.0;
+    let model = parvi_model::program::Compiled::new(FailsBeyond { cut, one_row_fails_call: true }, &device).unwrap();
+    let (mean, sd) = truncated_normal(cut);
+    let n = 8;
+    let mut rng = EngineRng::new(9);
+    let mut rows = Vec::with_capacity(2 * n);
+    while rows.len() < 2 * n {
+        let (a, b) = (rng.normal(), rng.normal());
+        if a < cut {
+            rows.extend([a as f32, b as f32]);
+        }
+    }
+    let particles = Particles::new(matrix_from_vec(rows, n, 2, &device));
+    for kernel in [PolishKernel::Mala, PolishKernel::AutoMala, PolishKernel::Chees] {
+        let config = PolishConfig { kernel, steps: 4000, ..Default::default() };
+        let run = polish(&model, &particles, None, &config, 13).unwrap();
+        let r = &run.report;
+        assert!(r.failed_evaluations > 0, "{kernel:?}: {r:?}");
+        let first = r.first_failure.as_deref().unwrap_or_default();
+        assert!(first.contains("non-finite initial state"), "{kernel:?}: {first}");
+        assert!(r.describe().contains("proposals rejected for a failed evaluation"), "{}", r.describe());
+        let draws = to_vec_f64(&run.draws);
+        let (m, var) = moments(&draws, 2);
+        let ess = r.min_ess;
+        assert!(ess >= 100.0, "{kernel:?}: {r:?}");
+        for (j, (mu, s)) in [(mean, sd), (0.0, 1.0)].into_iter().enumerate() {
+            assert!((m[j] - mu).abs() < 4.0 * s / ess.sqrt(), "{kernel:?}: mean {j} {} vs {mu} (ESS {ess:.0})", m[j]);
+            let ratio = var[j].sqrt() / s;
+            assert!((ratio - 1.0).abs() < 4.0 / (2.0 * ess).sqrt(), "{kernel:?}: sd {j} ratio {ratio} (ESS {ess:.0})");
+        }
+        eprintln!("{kernel:?}: {} failed, {}", r.failed_evaluations, r.describe());
+    }
+}

@@ -33,7 +33,7 @@ pub mod tensor_ops;
 pub use backend::BackendKind;
 pub use density::{LogDensity, ValueDensity, ValueOnly, ValuesOf};
 pub use error::ModelError;
-pub use grad::{Score, score, value_and_grad, value_and_grad2};
+pub use grad::{RowScore, Score, score, score_rows, value_and_grad, value_and_grad2};
 pub use layers::{Activation, DenseLayer, DenseStack, LayerOps};
 pub use layout::{Block, CONSTRAINT_TOLERANCE, Constraint, ParamLayout, Unpacked};
 pub use minibatch::Minibatch;

@@ -629,6 +629,12 @@ impl LogDensity for Whitened<'_> {
     fn log_prob(&self, z: Tensor<2>, batch: Option<&Minibatch>) -> Tensor<1> {
         self.model.log_prob(self.to_original(z), batch)
     }
+
+    // The model's own error: without it a failed call (an ODE solve) reads as a density with no
+    // gradient.
+    fn take_error(&self) -> Option<parvi_model::ModelError> {
+        self.model.take_error()
+    }
 }
 
 #[cfg(test)]

@@ -34,7 +34,7 @@ use std::time::Instant;
 
 use burn::tensor::Device;
 use parvi_model::tensor_ops::{matrix_from_vec, to_vec_f32};
-use parvi_model::{LogDensity, score};
+use parvi_model::{LogDensity, score_rows};
 use serde::{Deserialize, Serialize};
 
 use crate::engines::EngineConfig;
@@ -166,6 +166,15 @@ pub struct ChainReport {
     pub e_bfmi: f64,
     /// Gradient evaluations of this chain (warm-up, step-size searches and kept draws).
     pub gradients: usize,
+    /// Leapfrog steps (warm-up, step-size searches and kept draws) whose evaluation failed: a
+    /// NaN or `+inf` log density, a gradient that is not finite, or a call the model could not
+    /// evaluate (an ODE solve that failed). Each ended its trajectory as a divergence and its
+    /// proposal was rejected, as Stan rejects a proposal whose log density throws.
+    #[serde(default)]
+    pub failed_evaluations: usize,
+    /// The first of them: the iteration (1-based, warm-up included) and the cause.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_failure: Option<String>,
 }
 
 /// What [`nuts`] returns: the kept draws and each chain's account.
@@ -192,6 +201,10 @@ pub struct NutsRun {
     pub model_seconds: f64,
     /// Stan's warnings: divergences, tree depth, E-BFMI.
     pub warnings: Vec<String>,
+    /// What the run did that is not a warning about its draws: per chain, the proposals
+    /// rejected for a failed evaluation ([`ChainReport::failed_evaluations`]), as Stan's
+    /// informational messages.
+    pub notes: Vec<String>,
 }
 
 impl NutsRun {
@@ -230,6 +243,7 @@ impl NutsRun {
             "max_rhat": max_rhat,
             "min_ess": min_ess,
             "warnings": self.warnings,
+            "notes": self.notes,
         })
     }
 }
@@ -413,19 +427,51 @@ struct Batched<'a> {
     seconds: f64,
 }
 
+/// The model's answer at the rows of one batched call.
+struct Evaluated {
+    log_prob: Vec<f64>,
+    grad: Vec<f64>,
+    /// Per row, whether the model could not evaluate it (empty: every row went through), and
+    /// why ([`parvi_model::RowScore`]).
+    failed: Vec<bool>,
+    failure: Option<String>,
+}
+
+impl Evaluated {
+    /// Why row `k`'s evaluation failed, if it did (see [`ChainReport::failed_evaluations`]); a
+    /// log density of `-inf` with any gradient is a point outside the support, not a failure.
+    fn failure_of(&self, k: usize, dim: usize) -> Option<String> {
+        let lp = self.log_prob[k];
+        if self.failed.get(k).copied().unwrap_or(false) {
+            return Some(self.failure.clone().unwrap_or_else(|| "the model's evaluation failed".into()));
+        }
+        if lp.is_nan() || lp == f64::INFINITY {
+            return Some(format!("the log density is {lp}"));
+        }
+        let grad = &self.grad[k * dim..(k + 1) * dim];
+        if lp > f64::NEG_INFINITY
+            && let Some(j) = grad.iter().position(|g| !g.is_finite())
+        {
+            return Some(format!("the gradient's coordinate {} is {} (log density {lp})", j + 1, grad[j]));
+        }
+        None
+    }
+}
+
 impl Batched<'_> {
-    /// `(log p, grad)` at the rows `q` (`rows * dim`, row-major); a non-finite log density
-    /// stays as it is (the caller treats it as infinite energy).
-    fn eval(&mut self, q: &[f64]) -> Result<(Vec<f64>, Vec<f64>), InferError> {
+    /// The log densities and gradients at the rows `q` (`rows * dim`, row-major). A row the
+    /// model could not evaluate is NaN with its cause, not an error: its chain rejects the
+    /// proposal there ([`score_rows`]).
+    fn eval(&mut self, q: &[f64]) -> Result<Evaluated, InferError> {
         let started = Instant::now();
         let rows = q.len() / self.dim;
         let x = matrix_from_vec(q.iter().map(|&v| v as f32).collect(), rows, self.dim, self.device);
-        let s = score(self.model, x, None)?;
-        let lp = to_vec_f32(&s.log_prob).into_iter().map(f64::from).collect();
-        let grad = to_vec_f32(&s.grad).into_iter().map(f64::from).collect();
+        let scored = score_rows(self.model, x, None)?;
+        let log_prob = to_vec_f32(&scored.score.log_prob).into_iter().map(f64::from).collect();
+        let grad = to_vec_f32(&scored.score.grad).into_iter().map(f64::from).collect();
         self.calls += 1;
         self.seconds += started.elapsed().as_secs_f64();
-        Ok((lp, grad))
+        Ok(Evaluated { log_prob, grad, failed: scored.failed, failure: scored.failure })
     }
 }
 
@@ -473,9 +519,21 @@ struct ChainRun {
     depth_sum: f64,
     accept_sum: f64,
     energy: Vec<f64>,
+    /// Leapfrog steps whose evaluation failed, and the first one's iteration and cause.
+    failed_evaluations: usize,
+    first_failure: Option<String>,
 }
 
 impl ChainRun {
+    /// Counts a leapfrog step whose evaluation failed (`cause`); the caller then hands the
+    /// chain a NaN log density there, which ends the trajectory as a divergence.
+    fn reject_failed(&mut self, cause: String) {
+        self.failed_evaluations += 1;
+        if self.first_failure.is_none() {
+            self.first_failure = Some(format!("at iteration {}: {cause}", self.iteration + 1));
+        }
+    }
+
     /// Appends the position this chain needs the model's log density and gradient at next to
     /// `rows`; `false` when it needs none (finished).
     fn request(&mut self, rows: &mut Vec<f64>) -> bool {
@@ -714,6 +772,8 @@ pub fn nuts(
             depth_sum: 0.0,
             accept_sum: 0.0,
             energy: Vec::with_capacity(config.draws),
+            failed_evaluations: 0,
+            first_failure: None,
         })
         .collect();
     let threads = thread_count(config);
@@ -765,9 +825,12 @@ pub fn nuts(
             mean_accept_stat: run.accept_sum / n as f64,
             e_bfmi: e_bfmi(&run.energy),
             gradients: run.chain.gradients,
+            failed_evaluations: run.failed_evaluations,
+            first_failure: run.first_failure.clone(),
         })
         .collect();
     let warnings = stan_warnings(&chain_reports, config);
+    let notes = failure_notes(&chain_reports);
     Ok(NutsRun {
         dim: d,
         chains: m,
@@ -779,7 +842,25 @@ pub fn nuts(
         seconds: started.elapsed().as_secs_f64(),
         model_seconds,
         warnings,
+        notes,
     })
+}
+
+/// Per chain with any, a line on its proposals rejected for a failed evaluation.
+fn failure_notes(reports: &[ChainReport]) -> Vec<String> {
+    reports
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.failed_evaluations > 0)
+        .map(|(c, r)| {
+            let first = r.first_failure.as_deref().unwrap_or("unknown");
+            format!(
+                "nuts: chain {}: {} proposals rejected for a failed evaluation (first {first})",
+                c + 1,
+                r.failed_evaluations
+            )
+        })
+        .collect()
 }
 
 /// One group's chains from their starts to their last draw: each call evaluates the model at
@@ -824,9 +905,19 @@ fn run_chains(
         if waiting.is_empty() {
             return Ok(());
         }
-        let (lp, grad) = batched.eval(&q)?;
+        let answer = batched.eval(&q)?;
         for (k, &i) in waiting.iter().enumerate() {
-            runs[i].receive(&q[k * d..(k + 1) * d], lp[k], &grad[k * d..(k + 1) * d], config)?;
+            // A failed evaluation is a NaN log density for the chain: infinite energy, a
+            // divergence that rejects the rest of the trajectory (Stan's leapfrog on an
+            // exception), or a crossing in the step-size search.
+            let log_prob = match answer.failure_of(k, d) {
+                Some(cause) => {
+                    runs[i].reject_failed(cause);
+                    f64::NAN
+                }
+                None => answer.log_prob[k],
+            };
+            runs[i].receive(&q[k * d..(k + 1) * d], log_prob, &answer.grad[k * d..(k + 1) * d], config)?;
         }
     }
 }
@@ -897,7 +988,8 @@ fn initial_points(
     };
     let mut attempt = 1;
     loop {
-        let (lp, grad) = batched.eval(&q)?;
+        let answer = batched.eval(&q)?;
+        let (lp, grad) = (&answer.log_prob, &answer.grad);
         let bad: Vec<usize> = (0..m)
             .filter(|&c| !(lp[c].is_finite() && grad[c * d..(c + 1) * d].iter().all(|g| g.is_finite())))
             .collect();
@@ -918,10 +1010,10 @@ fn initial_points(
                 format!("after {TRIES} uniform(-{r}, {r}) inits")
             };
             let c = bad[0];
+            let cause = answer.failure_of(c, d).unwrap_or_else(|| format!("the log density is {}", lp[c]));
             return Err(InferError::Numerical(format!(
-                "nuts: chain {} has no finite log density and gradient {how} (log density {})",
-                runs[c].index + 1,
-                lp[c]
+                "nuts: chain {} has no finite log density and gradient {how}: {cause}",
+                runs[c].index + 1
             )));
         }
         for &c in &bad {

@@ -23,7 +23,7 @@ use burn::tensor::{Bool, Int, Tensor, TensorData};
 use parvi_model::LogDensity;
 use parvi_model::tensor_ops::to_vec_f32;
 
-use crate::evaluation::stationarity::MalaState;
+use crate::evaluation::stationarity::{FailureTally, MalaState, proposal_score};
 use crate::{EngineRng, InferError};
 
 /// Halvings of the base step a selection may try (a step `2^-12` of the base is far below any
@@ -41,6 +41,8 @@ pub(crate) struct AutoMala<'a, 'r> {
     pub(crate) rng: &'r mut EngineRng,
     pub(crate) n: usize,
     pub(crate) d: usize,
+    /// Where the proposals rejected for a failed evaluation are counted.
+    pub(crate) failed: &'a FailureTally,
 }
 
 /// What one iteration did, over the chains.
@@ -107,13 +109,14 @@ struct Selection {
 impl AutoMala<'_, '_> {
     /// One leapfrog step of the chains `start` with steps `eps` (`[k, 1]`): the phase reached and
     /// the change of the log joint density `log p(x) - |p|^2 / 2` (NaN where the score is not
-    /// finite).
+    /// finite or the evaluation failed: the selector halves there, and a selected step that
+    /// fails is rejected).
     fn leapfrog(&self, start: &Phase, eps: Tensor<2>) -> Result<(Phase, Vec<f32>), InferError> {
         let k = start.x.dims()[0];
         let half = eps.clone().mul_scalar(0.5);
         let p_half = start.p.clone() + start.g.clone().mul(self.scale.clone()).mul(half.clone());
         let x = start.x.clone() + p_half.clone().mul(self.scale.clone()).mul(eps);
-        let scored = parvi_model::score(self.model, x.clone(), None)?;
+        let scored = proposal_score(self.model, x.clone(), self.failed)?;
         let p = p_half + scored.grad.clone().mul(self.scale.clone()).mul(half);
         let kinetic = |m: &Tensor<2>| m.clone().powi_scalar(2).sum_dim(1).reshape([k]).mul_scalar(0.5);
         let change = (scored.log_prob.clone() - kinetic(&p)) - (start.lp.clone() - kinetic(&start.p));

@@ -39,7 +39,7 @@ use burn::tensor::{Bool, Tensor, TensorData};
 use parvi_model::LogDensity;
 use parvi_model::tensor_ops::to_vec_f32;
 
-use crate::evaluation::stationarity::MalaState;
+use crate::evaluation::stationarity::{FailureTally, MalaState, proposal_score};
 use crate::{EngineRng, InferError};
 
 /// The harmonic-mean acceptance probability the step size adapts to (Hoffman et al. 2021, Sec.
@@ -326,6 +326,8 @@ pub(crate) struct Chees<'a, 'r> {
     pub(crate) rng: &'r mut EngineRng,
     pub(crate) n: usize,
     pub(crate) d: usize,
+    /// Where the proposals rejected for a failed evaluation are counted.
+    pub(crate) failed: &'a FailureTally,
 }
 
 /// The adapted settings and what the warm-up cost.
@@ -370,11 +372,20 @@ impl Chees<'_, '_> {
         let mut dead = vec![false; n];
         for _ in 0..steps {
             let p_half = p.clone() + maps.half_kick.apply(g.clone());
-            let x_new = x.clone() + maps.drift.apply(p_half.clone());
-            let scored = parvi_model::score(self.model, x_new.clone(), None)?;
+            let mut x_new = x.clone() + maps.drift.apply(p_half.clone());
+            if dead.iter().any(|&b| b) {
+                // A diverged chain's row is its last good point (its result is dropped below): the
+                // proposal that failed is not evaluated, nor counted, again.
+                let mask2 = Tensor::<1, Bool>::from_data(TensorData::new(dead.clone(), [n]), &device)
+                    .reshape([n, 1])
+                    .repeat_dim(1, d);
+                x_new = x_new.mask_where(mask2, x.clone());
+            }
+            let scored = proposal_score(self.model, x_new.clone(), self.failed)?;
             let p_new = p_half + maps.half_kick.apply(scored.grad.clone());
             let h_new = energy(&scored.log_prob, &p_new);
-            // A chain whose energy error passes the threshold (or is not finite) has diverged:
+            // A chain whose energy error passes the threshold (or is not finite: its evaluation
+            // failed, `proposal_score` made its log density NaN) has diverged:
             // it stays where it was for the rest of the trajectory (so no non-finite position
             // reaches the model again) and its proposal is rejected.
             let newly: Vec<bool> =
@@ -606,7 +617,9 @@ mod tests {
             let s = parvi_model::score(&model, x.clone(), None).unwrap();
             let mut state = (x, s.log_prob, s.grad);
             let sd = Tensor::<2>::ones([1, d], &device);
-            let mut hmc = Chees { model: &model, metric: Metric::Diagonal { sd }, rng: &mut rng, n, d };
+            let failed = FailureTally::default();
+            let mut hmc =
+                Chees { model: &model, metric: Metric::Diagonal { sd }, rng: &mut rng, n, d, failed: &failed };
             let mut sum = 0.0;
             for i in 0..400u64 {
                 let steps = leapfrog_steps(i, t, eps);

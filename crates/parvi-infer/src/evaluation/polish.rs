@@ -59,7 +59,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::evaluation::auto_mala::AutoMala;
 use crate::evaluation::chees::{Chees, Metric, leapfrog_steps};
-use crate::evaluation::stationarity::{Mala, MalaChains, MalaState, chain_start};
+use crate::evaluation::stationarity::{FailureTally, Mala, MalaChains, MalaState, chain_start, start_score};
 use crate::evaluation::summary::{quantile7, rank_rhat_and_bulk_ess};
 use crate::evaluation::{MIN_PARTICLES, TraceView};
 use crate::{EngineRng, InferError, Particles};
@@ -260,6 +260,15 @@ pub struct Polish {
     /// ChEES's divergent transitions after the warm-up (summed over chains).
     #[serde(default)]
     pub divergences: usize,
+    /// Proposals rejected because their evaluation failed (a NaN, a gradient that is not
+    /// finite, a call the model could not evaluate: an ODE solve that failed), over every chain,
+    /// warm-up included; for NUTS, its leapfrog steps that failed. The chains stayed where they
+    /// were, as Stan's do.
+    #[serde(default)]
+    pub failed_evaluations: usize,
+    /// The first one's cause.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_failure: Option<String>,
     /// Mean acceptance probability after the warm-up.
     pub acceptance: f64,
     /// The largest rank-normalised split R-hat of the kept draws over the watched quantities
@@ -323,7 +332,15 @@ impl FrameChoice {
 impl Polish {
     /// One line on what the step did, as the command line prints it.
     pub fn describe(&self) -> String {
-        let end = format!("split R-hat {:.3}, bulk ESS {:.0}, {:.1} s", self.max_rhat, self.min_ess, self.seconds);
+        let failed = match (self.failed_evaluations, &self.first_failure) {
+            (0, _) => String::new(),
+            (k, first) => format!(
+                ", {k} proposals rejected for a failed evaluation (first: {})",
+                first.as_deref().unwrap_or("unknown")
+            ),
+        };
+        let end =
+            format!("split R-hat {:.3}, bulk ESS {:.0}{failed}, {:.1} s", self.max_rhat, self.min_ess, self.seconds);
         if self.kernel != PolishKernel::Nuts {
             let mala = self.mala_before_chees.map_or(String::new(), |m| format!(" ({m} of them MALA's)"));
             return format!(
@@ -448,16 +465,22 @@ pub(crate) fn polish_offering(
     } else {
         (start, n)
     };
-    let first = parvi_model::score(model, start.clone(), None)?;
+    let first = start_score(model, start.clone())?;
     let state = (start, first.log_prob, first.grad);
     let mut monitor = Monitor::new(n, d, reported);
     let mut mala_before_chees = None;
+    let failed = FailureTally::default();
     let run = match config.kernel {
-        PolishKernel::Chees => {
-            chees_run(model, MalaStart::fresh(state, scale, h0, n), config, &mut rng, &mut monitor, &mut None)?
-        }
+        PolishKernel::Chees => chees_run(
+            model,
+            MalaStart::fresh(state, scale, h0, n),
+            config,
+            (&mut rng, &failed),
+            &mut monitor,
+            &mut None,
+        )?,
         _ => {
-            let mut mala = Mala { model, scale: scale.clone(), rng: &mut rng, n, d };
+            let mut mala = Mala { model, scale: scale.clone(), rng: &mut rng, n, d, failed: &failed };
             let warmup = if warm && chains.is_some() { 0 } else { config.warmup };
             let (state, h) = mala.adapt(state, h0, warmup)?;
             let start = MalaStart {
@@ -469,7 +492,7 @@ pub(crate) fn polish_offering(
                 auto_first: config.kernel == PolishKernel::AutoMala,
                 probe: config.kernel == PolishKernel::Auto,
             };
-            let (run, handoff) = mala_run(model, start, config, &mut rng, &mut monitor, &mut take_over)?;
+            let (run, handoff) = mala_run(model, start, config, (&mut rng, &failed), &mut monitor, &mut take_over)?;
             mala_before_chees = handoff.is_some().then_some(run.steps);
             match handoff {
                 // MALA's steps were ChEES's warm-up start: its draws are dropped, its spent
@@ -481,7 +504,7 @@ pub(crate) fn polish_offering(
                         warmup: run.warmup + run.steps,
                         ..MalaStart::fresh(state, scale, run.step_size, n)
                     };
-                    chees_run(model, start, config, &mut rng, &mut monitor, &mut take_over)?
+                    chees_run(model, start, config, (&mut rng, &failed), &mut monitor, &mut take_over)?
                 }
                 None => run,
             }
@@ -503,6 +526,8 @@ pub(crate) fn polish_offering(
             trajectory_length: run.trajectory_length,
             dense_metric: run.dense_metric,
             divergences: run.divergences,
+            failed_evaluations: failed.count(),
+            first_failure: failed.first(),
             acceptance: run.acceptance,
             max_rhat: run.max_rhat,
             min_ess: run.min_ess,
@@ -573,7 +598,7 @@ fn chees_run(
     model: &dyn LogDensity,
     start: MalaStart,
     config: &PolishConfig,
-    rng: &mut EngineRng,
+    (rng, failed): (&mut EngineRng, &FailureTally),
     monitor: &mut Monitor<'_>,
     take_over: &mut Option<TakeOver<'_>>,
 ) -> Result<Run, InferError> {
@@ -581,7 +606,7 @@ fn chees_run(
     let [n, d] = state.0.dims();
     // MALA's step `h` is one leapfrog step of size `sqrt(h)` in the same units (the scale's).
     let eps0 = h0.sqrt();
-    let mut hmc = Chees { model, metric: Metric::Diagonal { sd: scale }, rng, n, d };
+    let mut hmc = Chees { model, metric: Metric::Diagonal { sd: scale }, rng, n, d, failed };
     let mut halton_index = 0u64;
     // One posterior sd in the metric's units: about the half period (pi/2) of a unit Gaussian
     // over pi, a length ChEES moves from in a few dozen iterations either way.
@@ -659,7 +684,7 @@ fn mala_run(
     model: &dyn LogDensity,
     start: MalaStart,
     config: &PolishConfig,
-    rng: &mut EngineRng,
+    (rng, failed): (&mut EngineRng, &FailureTally),
     monitor: &mut Monitor<'_>,
     take_over: &mut Option<TakeOver<'_>>,
 ) -> Result<(Run, Option<MalaState>), InferError> {
@@ -673,7 +698,7 @@ fn mala_run(
     let mut stuck_share = f64::NAN;
     let may_hand_off = probe.is_some();
     let mut handoff = None;
-    let mut auto = AutoMala { model, scale, rng, n, d };
+    let mut auto = AutoMala { model, scale, rng, n, d, failed };
     if auto_first {
         let (next, eps0, spent) = auto.adapt(state, h.sqrt(), config.warmup)?;
         (state, h, evals, warmup) = (next, eps0 * eps0, evals + spent, warmup + config.warmup);
@@ -692,7 +717,7 @@ fn mala_run(
                 (next, step.acceptance)
             }
             _ => {
-                let mut mala = Mala { model, scale: auto.scale.clone(), rng: &mut *auto.rng, n, d };
+                let mut mala = Mala { model, scale: auto.scale.clone(), rng: &mut *auto.rng, n, d, failed };
                 let (next, each) = mala.step_each(state, h)?;
                 evals += n;
                 let mean = f64::from(each.clone().mean().into_scalar::<f32>());

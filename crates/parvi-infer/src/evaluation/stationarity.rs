@@ -42,11 +42,12 @@
 //! The step size is adapted on a separate set of chains (started at the same points, then
 //! discarded), so the chains that are compared run one fixed, reversible kernel.
 
+use std::cell::{Cell, RefCell};
 use std::time::Instant;
 
-use burn::tensor::{Int, Tensor, TensorData};
-use parvi_model::tensor_ops::to_vec_f64;
-use parvi_model::{LogDensity, ModelError};
+use burn::tensor::{Bool, Int, Tensor, TensorData};
+use parvi_model::tensor_ops::{all_finite, to_vec_f32, to_vec_f64};
+use parvi_model::{LogDensity, ModelError, RowScore, Score};
 use serde::{Deserialize, Serialize};
 
 use crate::{EngineRng, InferError, Particles};
@@ -147,6 +148,12 @@ pub struct Stationarity {
     pub log_density_shift: f64,
     /// Model evaluations (one per chain and step, with gradient).
     pub score_evals: usize,
+    /// Proposals rejected because their evaluation failed ([`FailureTally`]), over all chains.
+    #[serde(default)]
+    pub failed_evaluations: usize,
+    /// The first one's cause.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_failure: Option<String>,
     /// Wall seconds of the check.
     pub seconds: f64,
     /// The chains barely moved (acceptance below [`MIN_ACCEPTANCE`]): no verdict.
@@ -194,6 +201,11 @@ pub struct MalaChains {
     pub start_log_prob: Tensor<1>,
     /// The log density at the chains' ends `[n]`.
     pub end_log_prob: Tensor<1>,
+    /// Proposals rejected because their evaluation failed, over all chains and steps
+    /// (adaptation included).
+    pub failed_evaluations: usize,
+    /// The first one's cause.
+    pub first_failure: Option<String>,
 }
 
 /// Runs the stationarity check of `particles` under `model`, in the coordinates the particles
@@ -244,6 +256,8 @@ pub fn stationarity_check_chains(
         z_log_density,
         log_density_shift,
         score_evals: chains.score_evals,
+        failed_evaluations: chains.failed_evaluations,
+        first_failure: chains.first_failure.clone(),
         seconds: started.elapsed().as_secs_f64(),
         inconclusive: chains.acceptance.is_nan() || chains.acceptance < MIN_ACCEPTANCE,
     };
@@ -276,9 +290,10 @@ pub fn mala_chains(
     let mut rng = EngineRng::new(config.seed ^ 0x57A7_10AA);
     let (start, effective_size, scale) = chain_start(particles, &mut rng)?;
 
-    let first = parvi_model::score(model, start.clone(), None)?;
+    let first = start_score(model, start.clone())?;
     let mut evals = n;
-    let mut mala = Mala { model, scale: scale.clone(), rng: &mut rng, n, d };
+    let failed = FailureTally::default();
+    let mut mala = Mala { model, scale: scale.clone(), rng: &mut rng, n, d, failed: &failed };
 
     // Adaptation on chains that are then discarded.
     let state = (start.clone(), first.log_prob.clone(), first.grad.clone());
@@ -306,7 +321,96 @@ pub fn mala_chains(
         scale,
         start_log_prob,
         end_log_prob: state.1,
+        failed_evaluations: failed.count(),
+        first_failure: failed.first(),
     })
+}
+
+/// Proposals rejected because their evaluation failed, over every chain of a batched sampler:
+/// how many, and the first one's cause. A failed evaluation is a NaN or `+inf` log density, a
+/// gradient that is not finite where the density is, or a call the model could not evaluate at
+/// all (an ODE solve that failed at every row); Stan rejects such a proposal and the chain
+/// stays where it is. A log density of `-inf` (a point outside the support) is an ordinary
+/// rejection, not a failure.
+#[derive(Debug, Default)]
+pub(crate) struct FailureTally {
+    count: Cell<usize>,
+    first: RefCell<Option<String>>,
+}
+
+impl FailureTally {
+    fn add(&self, rows: usize, cause: impl FnOnce() -> String) {
+        self.count.set(self.count.get() + rows);
+        let mut first = self.first.borrow_mut();
+        if first.is_none() {
+            *first = Some(cause());
+        }
+    }
+
+    /// Proposals rejected so far.
+    pub(crate) fn count(&self) -> usize {
+        self.count.get()
+    }
+
+    /// The first one's cause.
+    pub(crate) fn first(&self) -> Option<String> {
+        self.first.borrow().clone()
+    }
+}
+
+/// The score at the chains' proposals `y` `[n, d]` for a batched Metropolis step: every row whose
+/// evaluation failed ([`FailureTally`]) gets a NaN log density, which each sampler's test rejects
+/// (NaN compares false; an energy that is not finite is a divergence), and is counted in
+/// `failed`; a row the model could not evaluate is NaN, not an error, and never another chain's
+/// ([`parvi_model::score_rows`]). When every value is finite this costs two host reads of a
+/// scalar.
+pub(crate) fn proposal_score(model: &dyn LogDensity, y: Tensor<2>, failed: &FailureTally) -> Result<Score, InferError> {
+    let RowScore { score, failure, .. } = parvi_model::score_rows(model, y, None)?;
+    let n = score.log_prob.dims()[0];
+    if failure.is_none() && all_finite(&score.log_prob) && all_finite(&score.grad) {
+        return Ok(score);
+    }
+    // Something is not finite: which rows failed, on the host (rare).
+    let lp = to_vec_f32(&score.log_prob);
+    let grad_finite = score.grad.clone().is_finite().all_dim(1).reshape([n]);
+    let grad_finite = grad_finite.into_data().convert::<bool>().try_into_vec::<bool>().unwrap_or_default();
+    let bad: Vec<bool> = (0..n)
+        .map(|i| {
+            lp[i].is_nan()
+                || lp[i] == f32::INFINITY
+                || (lp[i] > f32::NEG_INFINITY && !grad_finite.get(i).copied().unwrap_or(false))
+        })
+        .collect();
+    let count = bad.iter().filter(|&&b| b).count();
+    if count == 0 {
+        return Ok(score);
+    }
+    failed.add(count, || {
+        if let Some(cause) = failure {
+            return cause;
+        }
+        let i = bad.iter().position(|&b| b).unwrap_or(0);
+        if lp[i].is_finite() {
+            format!("the gradient is not finite (log density {})", lp[i])
+        } else {
+            format!("the log density is {}", lp[i])
+        }
+    });
+    let mask = Tensor::<1, Bool>::from_data(TensorData::new(bad, [n]), &score.log_prob.device());
+    Ok(Score { log_prob: score.log_prob.mask_fill(mask, f32::NAN), grad: score.grad })
+}
+
+/// The score at the chains' starting points: a call the model could not evaluate is an error
+/// that names the model's cause (no chain could start); rows whose density is not finite start
+/// chains that reject every proposal, which their R-hat shows.
+pub(crate) fn start_score(model: &dyn LogDensity, start: Tensor<2>) -> Result<Score, InferError> {
+    let RowScore { score, failed, failure } = parvi_model::score_rows(model, start, None)?;
+    match failure {
+        Some(cause) if failed.iter().all(|&f| f) => Err(InferError::Numerical(format!(
+            "the model could not be evaluated at any chain's starting point: {cause}"
+        ))),
+        _ => Ok(score),
+    }
 }
 
 /// `|z|` of the change of the mean log density from `before` to `after` (one value per chain),
@@ -387,6 +491,8 @@ pub(crate) struct Mala<'a, 'r> {
     pub(crate) rng: &'r mut EngineRng,
     pub(crate) n: usize,
     pub(crate) d: usize,
+    /// Where the proposals rejected for a failed evaluation are counted.
+    pub(crate) failed: &'a FailureTally,
 }
 
 impl Mala<'_, '_> {
@@ -425,7 +531,7 @@ impl Mala<'_, '_> {
         let xi = self.rng.normal_tensor(n, d, &device);
         let mean_x = x.clone() + g_x.clone().mul(s2.clone()).mul_scalar(h / 2.0);
         let y = mean_x.clone() + xi.clone().mul(self.scale.clone()).mul_scalar(h.sqrt());
-        let proposal = parvi_model::score(self.model, y.clone(), None)?;
+        let proposal = proposal_score(self.model, y.clone(), self.failed)?;
         let (lp_y, g_y) = (proposal.log_prob, proposal.grad);
         // log q(a | b) = -|(a - b - h/2 S^2 g(b)) / S|^2 / (2h), up to a constant.
         let forward = xi.powi_scalar(2).sum_dim(1).reshape([n]).mul_scalar(-0.5);
@@ -435,7 +541,7 @@ impl Mala<'_, '_> {
         let log_alpha = lp_y.clone() - lp_x.clone() + backward - forward;
         let uniforms: Vec<f32> = (0..n).map(|_| self.rng.uniform().max(f64::MIN_POSITIVE).ln() as f32).collect();
         let log_u = Tensor::<1>::from_data(TensorData::new(uniforms, [n]), &device);
-        // NaN compares false: a non-finite proposal is rejected.
+        // NaN compares false: a non-finite proposal, or one whose evaluation failed, is rejected.
         let accept = log_u.lower(log_alpha.clone());
         let probability = log_alpha.clamp_max(0.0).exp();
         let probability = probability.clone().mask_fill(probability.is_nan(), 0.0);

@@ -43,6 +43,10 @@ pub struct Diagnostics {
     pub polish: Option<Polish>,
     /// Human-readable warnings; empty when every diagnostic passed.
     pub warnings: Vec<String>,
+    /// What the samplers did that is no warning about the draws: proposals rejected for a failed
+    /// evaluation (a NaN, an ODE solve that failed), which Stan prints as informational messages.
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 /// R-hat above this says the chains have not mixed (posteriordb's threshold).
@@ -104,17 +108,21 @@ impl Diagnostics {
     pub(super) fn read(report: &serde_json::Value) -> Self {
         let number = |key: &str| report.get(key).and_then(serde_json::Value::as_f64);
         // An engine's own warnings (Pathfinder's k-hat) come with its report.
-        let warnings = report
-            .get("warnings")
-            .and_then(serde_json::Value::as_array)
-            .map(|w| w.iter().filter_map(|v| v.as_str().map(String::from)).collect())
-            .unwrap_or_default();
+        let lines = |key: &str| {
+            report
+                .get(key)
+                .and_then(serde_json::Value::as_array)
+                .map(|w| w.iter().filter_map(|v| v.as_str().map(String::from)).collect())
+                .unwrap_or_default()
+        };
+        let (warnings, notes) = (lines("warnings"), lines("notes"));
         Diagnostics {
             movement: number("movement"),
             max_rhat: number("max_rhat"),
             min_ess: number("min_ess"),
             pareto_k: number("pareto_k"),
             warnings,
+            notes,
             ..Default::default()
         }
     }

@@ -166,6 +166,8 @@ pub(super) fn nuts_polish(
         trajectory_length: None,
         dense_metric: frame.is_some(),
         divergences: reports.iter().map(|c| c.divergences).sum(),
+        failed_evaluations: reports.iter().map(|c| c.failed_evaluations).sum(),
+        first_failure: reports.iter().find_map(|c| c.first_failure.clone()),
         acceptance: reports.iter().map(|c| c.mean_accept_stat).sum::<f64>() / m,
         max_rhat,
         min_ess,
@@ -303,12 +305,18 @@ fn chain_inits(target: &dyn LogDensity, starts: Tensor<2>, k: usize, seed: u64) 
     let mut rng = EngineRng::new(seed ^ 0x1417_5EED);
     let stan_inits: Vec<f32> = (0..k * d).map(|_| (4.0 * rng.uniform() - 2.0) as f32).collect();
     let candidates = Tensor::cat(vec![starts, matrix_from_vec(stan_inits, k, d, &device)], 0);
-    let lp = to_vec_f32(&parvi_model::score(target, candidates.clone(), None)?.log_prob);
+    // A call the model could not evaluate (every candidate NaN) leaves no start: the error below
+    // names the model's cause.
+    let scored = parvi_model::score_rows(target, candidates.clone(), None)?;
+    let lp = to_vec_f32(&scored.score.log_prob);
     let mut order: Vec<usize> = (0..2 * k).filter(|&i| lp[i].is_finite()).collect();
     if order.is_empty() {
+        let cause = scored.failure.map_or(String::new(), |c| format!(" ({c})"));
         return Err(InferError::setting(
             "polish",
-            "NUTS has no start: every chain of the polish step, and every uniform(-2, 2) init, has a non-finite log density",
+            format!(
+                "NUTS has no start: every chain of the polish step, and every uniform(-2, 2) init, has a non-finite log density{cause}"
+            ),
         ));
     }
     order.sort_by(|&a, &b| lp[b].total_cmp(&lp[a]));

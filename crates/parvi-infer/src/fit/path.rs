@@ -86,6 +86,10 @@ impl LogDensity for Counted<'_> {
         self.evals.fetch_add(particles.dims()[0], Ordering::Relaxed);
         self.model.log_prob(particles, batch)
     }
+
+    fn take_error(&self) -> Option<parvi_model::ModelError> {
+        self.model.take_error()
+    }
 }
 
 /// Evaluations and seconds since a phase started.

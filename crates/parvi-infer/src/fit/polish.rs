@@ -115,6 +115,13 @@ pub(super) fn polish(
     match result {
         Ok(run) => {
             path.extend(kernel_phases(&run.report, on.frame, dropped, findings));
+            if run.report.failed_evaluations > 0 {
+                diagnostics.notes.push(format!(
+                    "the polish step: {} proposals rejected for a failed evaluation (first: {})",
+                    run.report.failed_evaluations,
+                    run.report.first_failure.as_deref().unwrap_or("unknown")
+                ));
+            }
             diagnostics.polish = Some(run.report);
             Some(run.draws)
         }

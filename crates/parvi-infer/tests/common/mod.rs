@@ -168,3 +168,83 @@ impl parvi_infer::core::shard::Collective for ThreadGroup {
         panic!("rank {} aborted: {message}", self.rank)
     }
 }
+
+/// `x ~ normal(0, I)` in 2-d, written as a `Program`, whose evaluation fails where `x[1] > cut`
+/// the way an ODE solve fails: such a row's log density (and gradient) is NaN, and where every
+/// row of a call fails (or, with `one_row_fails_call`, any row: an ODE refuses a whole call for
+/// one particle's non-finite initial state) the program returns the ODE's error, which
+/// `Compiled` records for `take_error` and answers with an untracked NaN. Rejecting every
+/// failed proposal samples the normal truncated to `x[1] < cut` ([`truncated_normal`]).
+#[derive(Debug)]
+pub struct FailsBeyond {
+    pub cut: f64,
+    pub one_row_fails_call: bool,
+}
+
+impl parvi_model::program::Program for FailsBeyond {
+    fn parameters(&self) -> Result<parvi_model::ParamLayout, parvi_model::ModelError> {
+        parvi_model::ParamLayout::new().real("x", &[2])
+    }
+
+    fn model(
+        &self,
+        p: &parvi_model::program::Vars,
+        target: &mut parvi_model::program::Target,
+    ) -> Result<(), parvi_model::ModelError> {
+        use parvi_model::ode::OdeError;
+        let x = p.get("x")?;
+        let n = x.dims()[0];
+        let x1 = x.clone().narrow(1, 0, 1);
+        let beyond: Vec<bool> =
+            parvi_model::tensor_ops::to_vec_f32(&x1).iter().map(|&v| f64::from(v) > self.cut).collect();
+        let failing = beyond.iter().filter(|&&b| b).count();
+        let particle = beyond.iter().position(|&b| b).unwrap_or(0);
+        if self.one_row_fails_call && failing > 0 {
+            let reason = format!("particle {particle} has a non-finite initial state");
+            return Err(OdeError::InvalidArgument { name: "y0", reason }.into());
+        }
+        if failing == n {
+            let (rel_tol, abs_tol) = (1e-6, 1e-6);
+            let (t, t_out, max_num_steps) = (0.5, 1.0, 100);
+            return Err(OdeError::MaxNumSteps {
+                solver: "ode_rk45",
+                particle,
+                t,
+                t_out,
+                max_num_steps,
+                rel_tol,
+                abs_tol,
+            }
+            .into());
+        }
+        *target += x.square().sum_dim(1).mul_scalar(-0.5);
+        // NaN past the cut (0 times the root of a negative number), 0 before it.
+        *target += x1.neg().add_scalar(self.cut).sqrt().mul_scalar(0.0);
+        Ok(())
+    }
+}
+
+/// The mean and sd of `N(0, 1)` truncated to `(-inf, cut)`: `-phi(c) / Phi(c)` and
+/// `sqrt(1 - c phi(c) / Phi(c) - (phi(c) / Phi(c))^2)`.
+pub fn truncated_normal(cut: f64) -> (f64, f64) {
+    let phi = (-0.5 * cut * cut).exp() / (2.0 * std::f64::consts::PI).sqrt();
+    let big_phi = 0.5 * (1.0 + erf(cut / std::f64::consts::SQRT_2));
+    let ratio = phi / big_phi;
+    (-ratio, (1.0 - cut * ratio - ratio * ratio).sqrt())
+}
+
+/// The error function by its Maclaurin series (exact to rounding for the small `x` the tests
+/// use).
+fn erf(x: f64) -> f64 {
+    if x < 0.0 {
+        return -erf(-x);
+    }
+    // Maclaurin series: erf x = 2/sqrt(pi) sum (-1)^k x^(2k+1) / (k! (2k+1)).
+    let (mut term, mut sum, mut k) = (x, x, 0.0);
+    while term.abs() > 1e-17 {
+        k += 1.0;
+        term *= -x * x / k;
+        sum += term / (2.0 * k + 1.0);
+    }
+    2.0 / std::f64::consts::PI.sqrt() * sum
+}
