@@ -33,6 +33,9 @@ use serde_json::Value;
 use super::common::{flex, host_rows, matrix};
 use super::{Lcg, more_suite, read_json, reference_ess, reference_moments, reference_rows};
 
+/// An edit of a posterior's `data.json`, for the bad-data cases.
+type DataEdit = Box<dyn FnOnce(&mut serde_json::Map<String, Value>)>;
+
 /// The posteriors of this module.
 const POSTERIORS: [&str; 6] = [
     "eight_schools-eight_schools_centered",
@@ -449,7 +452,8 @@ fn log_densities_match_the_stan_programs() {
             let theirs = exact[i].sum - exact[0].sum;
             let tol = 1e-5 * (exact[i].magnitude + exact[0].magnitude) + 1e-3;
             worst = worst.max((ours - theirs).abs() / tol);
-            if !((ours - theirs).abs() <= tol) {
+            // NaN fails too.
+            if (ours - theirs).abs().is_nan() || (ours - theirs).abs() > tol {
                 failures.push(format!(
                     "{posterior}, point {i}: log p difference {ours} vs the f64 program's {theirs} (tolerance {tol:.2e})"
                 ));
@@ -480,7 +484,8 @@ fn log_densities_match_the_stan_programs() {
                     failures.push(format!("{posterior}: the model does not report `{name}` ({names:?})"));
                     continue;
                 };
-                if !((row[j] - b).abs() <= 1e-4 * (1.0 + b.abs())) {
+                let off = (row[j] - b).abs();
+                if off.is_nan() || off > 1e-4 * (1.0 + b.abs()) {
                     failures.push(format!("{posterior}: {name} = {} vs the f64 program's {b}", row[j]));
                 }
             }
@@ -610,7 +615,7 @@ fn set(data: &mut serde_json::Map<String, Value>, field: &str, index: usize, val
 #[test]
 fn bad_data_is_named() {
     let Some(dir) = more_suite("bad_data_is_named") else { return };
-    let cases: Vec<(&str, Box<dyn FnOnce(&mut serde_json::Map<String, Value>)>, Vec<&str>)> = vec![
+    let cases: Vec<(&str, DataEdit, Vec<&str>)> = vec![
         (
             "eight_schools-eight_schools_centered",
             Box::new(|d| set(d, "sigma", 3, Value::from(-1.0))),

@@ -24,6 +24,9 @@ use parvi_models::posteriordb::{self, PosteriorDbModel, ReferenceMoments};
 use rand::SeedableRng;
 use serde_json::Value;
 
+/// An edit of a posterior's `data.json`, for the bad-data cases.
+type DataEdit = Box<dyn FnOnce(&mut serde_json::Map<String, Value>)>;
+
 const HMM: &str = "hmm_gaussian_simulated-hmm_gaussian";
 const IOHMM: &str = "iohmm_reg_simulated-iohmm_reg";
 const LOSS: &str = "loss_curves-losscurve_sislob";
@@ -991,7 +994,7 @@ fn bad_data_is_named() {
     let set = |field: &'static str, at: usize, v: Value| {
         move |d: &mut serde_json::Map<String, Value>| d[field].as_array_mut().unwrap()[at] = v
     };
-    let cases: Vec<(&str, Box<dyn FnOnce(&mut serde_json::Map<String, Value>)>, Vec<&str>)> = vec![
+    let cases: Vec<(&str, DataEdit, Vec<&str>)> = vec![
         (HMM, Box::new(|d| drop(d["y"].as_array_mut().unwrap().pop())), vec!["`y`", "but T = 500"]),
         (HMM, Box::new(|d| drop(d.insert("K".into(), Value::from(0)))), vec!["`K`", "lower bound 1"]),
         (IOHMM, Box::new(|d| drop(d["u"].as_array_mut().unwrap()[2].as_array_mut().unwrap().pop())), vec!["`u`"]),
