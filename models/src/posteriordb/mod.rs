@@ -15,15 +15,20 @@ mod data;
 mod reference;
 
 mod accel_gp;
+mod accel_splines;
 mod ark;
+mod bones;
 mod diamonds;
 mod eight_schools;
+mod election88;
 mod garch;
 mod gp_pois_regr;
 mod gp_regr;
+mod hier_2pl;
 mod hmm;
 mod lotka_volterra;
 mod low_dim_gauss_mix;
+mod mh;
 mod regressions;
 mod sblrc;
 
@@ -61,6 +66,11 @@ pub const MODELS: &[&str] = &[
     "hmm_drive_0",
     "lotka_volterra",
     "accel_gp",
+    "election88_full",
+    "hier_2pl",
+    "Mh_model",
+    "bones_model",
+    "accel_splines",
 ];
 
 /// The posteriors of the shared suite (`../shared/posteriordb`), by folder name.
@@ -351,6 +361,11 @@ fn build(name: &str, model: &str, data: &Data, device: &Device) -> Result<Built,
         "hmm_drive_0" => program(name, hmm::HmmDrive::new(data, device)?, device),
         "lotka_volterra" => program(name, lotka_volterra::LotkaVolterra::new(data, device)?, device),
         "accel_gp" => program(name, accel_gp::AccelGp::new(data, device)?, device),
+        "election88_full" => program(name, election88::Election88::new(data, device)?, device),
+        "hier_2pl" => program(name, hier_2pl::Hier2pl::new(data, device)?, device),
+        "Mh_model" => program(name, mh::MhModel::new(data, device)?, device),
+        "bones_model" => program(name, bones::Bones::new(data, device)?, device),
+        "accel_splines" => program(name, accel_splines::AccelSplines::new(data, device)?, device),
         _ => Err(PosteriorDbError::UnknownModel {
             posterior: name.to_string(),
             model: model.to_string(),
