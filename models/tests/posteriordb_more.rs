@@ -18,6 +18,8 @@ mod common;
 
 #[path = "posteriordb_more/more_1.rs"]
 mod more_1;
+#[path = "posteriordb_more/more_2.rs"]
+mod more_2;
 #[path = "posteriordb_more/more_3.rs"]
 mod more_3;
 

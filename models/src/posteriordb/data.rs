@@ -88,6 +88,31 @@ impl Data {
             .map_err(|e| name_size(name_size(e, rows_field, rows), cols_field, cols))
     }
 
+    /// An `array[rows, cols] int` field, row-major.
+    pub(crate) fn int_matrix(
+        &self,
+        field: &str,
+        (rows, rows_field): (usize, &str),
+        (cols, cols_field): (usize, &str),
+    ) -> Result<Vec<i64>, PosteriorDbError> {
+        self.lift(self.data.int_array(field, &[rows.into(), cols.into()]).map(Ints::into_vec))
+            .map_err(|e| name_size(name_size(e, rows_field, rows), cols_field, cols))
+    }
+
+    /// An index array `array[len] int` (length given by `len_field`) into a group of `groups`
+    /// entries, as 0-based indices: each must lie in `1..=groups`, which both the data block's
+    /// bounds and the program's indexing require (an error names the element).
+    pub(crate) fn indices(
+        &self,
+        field: &str,
+        len: usize,
+        len_field: &str,
+        groups: usize,
+    ) -> Result<Vec<usize>, PosteriorDbError> {
+        let ints = self.lift(self.data.ints(field, len)).map_err(|e| name_size(e, len_field, len))?;
+        self.lift(ints.indices(groups))
+    }
+
     /// Checks Stan's data-block bounds `<lower=..., upper=...>` (inclusive) on every value.
     pub(crate) fn check_bounds(
         &self,

@@ -15,21 +15,26 @@ mod data;
 mod reference;
 
 mod accel_gp;
+mod accel_splines;
 mod ark;
 mod bym2;
+mod bones;
 mod diamonds;
 mod dugongs;
 mod eight_schools;
+mod election88;
 mod garch;
 mod glmm_poisson;
 mod gp_pois_regr;
 mod gp_regr;
+mod hier_2pl;
 mod hmm;
 mod hmm_stancon;
 mod loss_curves;
 mod lotka_volterra;
 mod low_dim_gauss_mix;
 mod pilots;
+mod mh;
 mod regressions;
 mod sblrc;
 mod seeds;
@@ -81,6 +86,11 @@ pub const MODELS: &[&str] = &[
     "losscurve_sislob",
     "soil_incubation",
     "bym2_offset_only",
+    "election88_full",
+    "hier_2pl",
+    "Mh_model",
+    "bones_model",
+    "accel_splines",
 ];
 
 /// The posteriors of the shared suite (`../shared/posteriordb`), by folder name.
@@ -437,6 +447,11 @@ fn build(name: &str, model: &str, data: &Data, device: &Device) -> Result<Built,
         "losscurve_sislob" => program(name, loss_curves::LossCurve::new(data, device)?, device),
         "soil_incubation" => program(name, soil_carbon::SoilIncubation::new(data, device)?, device),
         "bym2_offset_only" => program(name, bym2::Bym2::new(data, device)?, device),
+        "election88_full" => program(name, election88::Election88::new(data, device)?, device),
+        "hier_2pl" => program(name, hier_2pl::Hier2pl::new(data, device)?, device),
+        "Mh_model" => program(name, mh::MhModel::new(data, device)?, device),
+        "bones_model" => program(name, bones::Bones::new(data, device)?, device),
+        "accel_splines" => program(name, accel_splines::AccelSplines::new(data, device)?, device),
         _ => Err(PosteriorDbError::UnknownModel {
             posterior: name.to_string(),
             model: model.to_string(),
