@@ -201,7 +201,7 @@ impl parvi_model::program::Program for FailsBeyond {
         let particle = beyond.iter().position(|&b| b).unwrap_or(0);
         if self.one_row_fails_call && failing > 0 {
             let reason = format!("particle {particle} has a non-finite initial state");
-            return Err(OdeError::InvalidArgument { name: "y0", reason }.into());
+            return Err(OdeError::InvalidArgument { name: "y0", element: None, reason }.into());
         }
         if failing == n {
             let (rel_tol, abs_tol) = (1e-6, 1e-6);
