@@ -17,7 +17,7 @@
 //! }
 //! ```
 //!
-//! `my_model fit --data data.json --out out` then writes `out/draws.csv` (CmdStan's CSV:
+//! `my_model fit --data data.json --out out` then writes `out/draws_1.csv`, ... (CmdStan's CSV, a file per chain:
 //! parameters, transformed parameters, generated quantities), `out/summary.csv` and
 //! `out/summary.json`, and prints the `stansummary` table; `my_model fit --help` lists the flags.
 //! A data file that does not fit the model's data block is refused with the file, the field and
@@ -49,7 +49,7 @@ struct ModelCli {
 #[derive(Subcommand, Debug)]
 enum ModelCommand {
     /// Fit the model to a Stan JSON data file (--data FILE.json) by the default path; writes
-    /// draws.csv (CmdStan's format, generated quantities included), summary.csv and
+    /// draws_1.csv, ... (CmdStan's format, a file per chain, generated quantities included), summary.csv and
     /// summary.json to --out.
     Fit(Box<FitArgs>),
     /// Print the model's parameters and generated quantities by Stan's names (CmdStan's

@@ -203,7 +203,7 @@ impl Default for FitConfig {
 ///     let sigma: Vec<f64> = draws.column("sigma").expect("kidscore_momiq has sigma");
 ///     println!("sigma's mean: {}", sigma.iter().sum::<f64>() / sigma.len() as f64);
 ///     let run = RunInfo { model: model.model_name().into(), method: "svgd".into(), seed: config.seed, ..RunInfo::default() };
-///     draws.write_csv("draws.csv".as_ref(), &run)?;
+///     draws.write_files(".".as_ref(), "draws", &run)?; // draws_1.csv, ...: a file per chain
 ///     Ok(())
 /// }
 /// ```
@@ -724,9 +724,12 @@ pub fn fit_reported(
                 match taken {
                     Some((nuts, warnings)) => {
                         diagnostics.warnings.extend(warnings);
-                        // NUTS ran inside the kernel's run, whose seconds count it already.
+                        // NUTS ran inside the kernel's run, whose seconds count it already: the
+                        // kernel's own are the rest, and the two add up to the run's.
                         let seconds = run.report.seconds;
-                        let mut nuts = after(nuts, run.report);
+                        let mut before = run.report;
+                        before.seconds = (seconds - nuts.report.seconds).max(0.0);
+                        let mut nuts = after(nuts, before);
                         nuts.report.seconds = seconds;
                         nuts
                     }

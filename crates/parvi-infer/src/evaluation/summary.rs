@@ -32,7 +32,8 @@ pub struct SummaryRow {
     pub q50: f64,
     /// The 95% quantile.
     pub q95: f64,
-    /// Bulk ESS: of the rank-normalised split chains (MCMC only).
+    /// Bulk ESS: of the rank-normalised split chains (MCMC only; NaN for a constant, as for
+    /// MCSE, tail ESS and R-hat, as Stan prints them).
     pub ess_bulk: Option<f64>,
     /// Tail ESS: the smaller ESS of the indicators of the 5% and 95% quantiles (MCMC only).
     pub ess_tail: Option<f64>,
@@ -52,6 +53,14 @@ pub struct Summary {
     pub draws: usize,
     /// Whether the draws were weighted.
     pub weighted: bool,
+}
+
+impl SummaryRow {
+    /// Whether the draws of the quantity were all equal (its R-hat and ESS are NaN, as Stan
+    /// prints them: no warning is due).
+    pub fn is_constant(&self) -> bool {
+        self.rhat.is_some_and(f64::is_nan) && self.sd == 0.0
+    }
 }
 
 impl Summary {
@@ -75,6 +84,23 @@ impl Summary {
                 let (q5, q50, q95) = (quantile7(x, 0.05), quantile7(x, 0.5), quantile7(x, 0.95));
                 let finite = x.iter().all(|v| v.is_finite());
                 let mcmc = |v: f64| finite.then_some(v);
+                // A constant (transformed data reported as an output, say) has no Monte Carlo
+                // error to estimate: NaN MCSE, ESS and R-hat, as Stan prints them.
+                if x.iter().all(|v| v.to_bits() == x[0].to_bits()) {
+                    let nan = Some(f64::NAN);
+                    return SummaryRow {
+                        name: name.clone(),
+                        mean: x[0],
+                        mcse: nan,
+                        sd: 0.0,
+                        q5,
+                        q50,
+                        q95,
+                        ess_bulk: nan,
+                        ess_tail: nan,
+                        rhat: nan,
+                    };
+                }
                 let ess_mean = ess(&halves(&split));
                 let (rhat, ess_bulk) = rank_rhat_and_bulk_ess(&split, q50);
                 SummaryRow {
@@ -162,7 +188,7 @@ impl Summary {
     /// not apply.
     pub fn to_csv(&self) -> String {
         let mut out = String::from("name,Mean,MCSE,StdDev,5%,50%,95%,ESS_bulk,ESS_tail,R_hat\n");
-        let field = |v: Option<f64>| v.map_or(String::new(), |v| v.to_string());
+        let field = |v: Option<f64>| v.map_or(String::new(), |v| if v.is_nan() { "NaN".into() } else { v.to_string() });
         for r in &self.rows {
             let fields = [
                 Some(r.mean),
