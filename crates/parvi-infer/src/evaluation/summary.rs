@@ -75,48 +75,59 @@ impl Summary {
             ));
         }
         let per = draws / chains;
-        let rows = names
-            .iter()
-            .zip(columns)
-            .map(|(name, x)| {
-                let split: Vec<Vec<f64>> = x.chunks(per).map(<[f64]>::to_vec).collect();
-                let (mean, sd) = moments(x, None);
-                let (q5, q50, q95) = (quantile7(x, 0.05), quantile7(x, 0.5), quantile7(x, 0.95));
-                let finite = x.iter().all(|v| v.is_finite());
-                let mcmc = |v: f64| finite.then_some(v);
-                // A constant (transformed data reported as an output, say) has no Monte Carlo
-                // error to estimate: NaN MCSE, ESS and R-hat, as Stan prints them.
-                if x.iter().all(|v| v.to_bits() == x[0].to_bits()) {
-                    let nan = Some(f64::NAN);
-                    return SummaryRow {
-                        name: name.clone(),
-                        mean: x[0],
-                        mcse: nan,
-                        sd: 0.0,
-                        q5,
-                        q50,
-                        q95,
-                        ess_bulk: nan,
-                        ess_tail: nan,
-                        rhat: nan,
-                    };
-                }
-                let ess_mean = ess(&halves(&split));
-                let (rhat, ess_bulk) = rank_rhat_and_bulk_ess(&split, q50);
-                SummaryRow {
+        let row = |name: &String, x: &Vec<f64>| {
+            let split: Vec<Vec<f64>> = x.chunks(per).map(<[f64]>::to_vec).collect();
+            let (mean, sd) = moments(x, None);
+            let (q5, q50, q95) = (quantile7(x, 0.05), quantile7(x, 0.5), quantile7(x, 0.95));
+            let finite = x.iter().all(|v| v.is_finite());
+            let mcmc = |v: f64| finite.then_some(v);
+            // A constant (transformed data reported as an output, say) has no Monte Carlo
+            // error to estimate: NaN MCSE, ESS and R-hat, as Stan prints them.
+            if x.iter().all(|v| v.to_bits() == x[0].to_bits()) {
+                let nan = Some(f64::NAN);
+                return SummaryRow {
                     name: name.clone(),
-                    mean,
-                    mcse: mcmc(sd / ess_mean.sqrt()),
-                    sd,
+                    mean: x[0],
+                    mcse: nan,
+                    sd: 0.0,
                     q5,
                     q50,
                     q95,
-                    ess_bulk: mcmc(ess_bulk),
-                    ess_tail: mcmc(tail_ess(&split, q5, q95)),
-                    rhat: mcmc(rhat),
-                }
-            })
-            .collect();
+                    ess_bulk: nan,
+                    ess_tail: nan,
+                    rhat: nan,
+                };
+            }
+            let ess_mean = ess(&halves(&split));
+            let (rhat, ess_bulk) = rank_rhat_and_bulk_ess(&split, q50);
+            SummaryRow {
+                name: name.clone(),
+                mean,
+                mcse: mcmc(sd / ess_mean.sqrt()),
+                sd,
+                q5,
+                q50,
+                q95,
+                ess_bulk: mcmc(ess_bulk),
+                ess_tail: mcmc(tail_ess(&split, q5, q95)),
+                rhat: mcmc(rhat),
+            }
+        };
+        // Each quantity's row on its own: the quantities shared among the cores (the ranking
+        // behind R-hat and the ESS is most of a summary's time on thousands of quantities).
+        let threads = std::thread::available_parallelism().map_or(1, usize::from).min(names.len()).max(1);
+        let share = names.len().div_ceil(threads);
+        let rows: Vec<SummaryRow> = std::thread::scope(|scope| {
+            let workers: Vec<_> = names
+                .chunks(share)
+                .zip(columns.chunks(share))
+                .map(|(names, columns)| {
+                    let row = &row;
+                    scope.spawn(move || names.iter().zip(columns).map(|(n, x)| row(n, x)).collect::<Vec<_>>())
+                })
+                .collect();
+            workers.into_iter().flat_map(|w| w.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+        });
         Ok(Self { rows, chains: Some(chains), draws, weighted: false })
     }
 
