@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ArviZ's PSIS-LOO of a CmdStan-format draws file, to set beside parvi's.
 
-Reads `draws.csv` (CmdStan's CSV: `#` comment lines, a header, one row per draw) whose columns
+Reads `draws_1.csv ...` (CmdStan's CSV: `#` comment lines, a header, one row per draw) whose columns
 include the pointwise log-likelihood `log_lik.1..log_lik.N` (CmdStan's naming) or
 `log_lik[1]..log_lik[N]` (Stan's), splits its rows into `--chains` chains (chain after chain, as
 parvi and CmdStan's per-chain files concatenated write them), and prints `az.loo`'s elpd_loo,
@@ -13,7 +13,7 @@ column but log_lik); R's loo and parvi compute one r_eff per point from exp(log_
 `se` uses the population sd of the pointwise elpd where loo and parvi use the sample sd (a factor
 sqrt((N - 1) / N)). Both differences are small for well-mixed chains.
 
-Usage: python3 scripts/loo_check.py draws.csv [--chains 4] [--var log_lik]
+Usage: python3 scripts/loo_check.py OUT/draws_*.csv [--var log_lik]
 Needs: pip install arviz
 """
 import argparse

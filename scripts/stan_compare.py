@@ -139,16 +139,20 @@ def run_stan(folder, args):
     return {"stan_build_s": build, "stan_sample_s": sample, "stan_divergent": divergent, "stan_columns": columns}
 
 
-def read_cmdstan_csv(path):
+def read_cmdstan_csv(paths):
+    """The draws of CmdStan CSV files (one per chain, `draws_1.csv`, ...), chain after chain."""
     header, rows = None, []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("#") or not line.strip():
-                continue
-            if header is None:
-                header = line.strip().split(",")
-                continue
-            rows.append([float(v) for v in line.split(",")])
+    for path in paths:
+        file_header = None
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("#") or not line.strip():
+                    continue
+                if file_header is None:
+                    file_header = line.strip().split(",")
+                    continue
+                rows.append([float(v) for v in line.split(",")])
+        header = header or file_header
     values = np.array(rows)
     # CmdStan's `theta.2.3` is Stan's `theta[2,3]`.
     names = [h if "." not in h else h.split(".", 1)[0] + "[" + h.split(".", 1)[1].replace(".", ",") + "]" for h in header]
@@ -167,7 +171,7 @@ def run_parvi(folder, args):
     if done.returncode != 0:
         return {"parvi_s": wall, "parvi_error": done.stderr.strip()[-2000:]}
     summary = json.loads((out / "summary.json").read_text())
-    row = {"parvi_s": wall, "parvi_warnings": summary.get("warnings", []), "parvi_columns": read_cmdstan_csv(out / "draws.csv")}
+    row = {"parvi_s": wall, "parvi_warnings": summary.get("warnings", []), "parvi_columns": read_cmdstan_csv(sorted(out.glob("draws_*.csv"), key=lambda p: int(p.stem.rsplit("_", 1)[1])))}
     if summary.get("polish"):
         p = summary["polish"]
         row["parvi_polish"] = {k: p.get(k) for k in ("kernel", "steps", "kept", "max_rhat", "min_ess", "converged", "seconds")}

@@ -16,7 +16,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Fit a built-in target or a posteriordb posterior (--posterior DIR, or --model NAME --data
-    /// FILE.json); writes draws.csv (CmdStan's format), summary.csv, summary.json and
+    /// FILE.json); writes draws_1.csv, ... (CmdStan's format, a file per chain), summary.csv, summary.json and
     /// particles.csv (and particles.svg for a built-in target) to --out.
     Fit(Box<fit::FitArgs>),
     /// Train a BNN posterior on the toy regression or a UCI split; writes scores and a plot.

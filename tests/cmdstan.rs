@@ -12,7 +12,7 @@ use parvi::infer::evaluation::Summary;
 use parvi::model::burn::tensor::{Tensor, TensorData};
 use parvi::model::tensor_ops::to_vec_f32;
 use parvi::model::{BackendKind, LogDensity};
-use parvi::models::cmdstan::{Draws, RunInfo, StanCsv, cmdstan_name, cmdstan_order, stan_name};
+use parvi::models::cmdstan::{self, Draws, RunInfo, StanCsv, cmdstan_name, cmdstan_order, stan_name};
 use parvi::models::posteriordb;
 
 /// A CmdStan CSV file by CmdStan's rules, independently of `StanCsv`: `#` lines are comments
@@ -105,7 +105,7 @@ fn a_written_draws_file_reads_back_by_cmdstans_rules() {
     let csv = StanCsv::parse(&text).unwrap();
     assert_eq!(csv.header, header);
     assert_eq!(csv.rows.len(), rows);
-    assert_eq!(csv.config("parvi_draws_per_chain"), Some("6"));
+    assert_eq!(csv.config("draws_per_chain"), Some("6"));
     let as_f32 = |c: Option<Vec<f64>>| c.unwrap().into_iter().map(|v| v as f32).collect::<Vec<f32>>();
     assert_eq!(as_f32(csv.column("a[1,2]")), as_f32(draws.column("a.1.2")));
     // Bad files are refused with the line.
@@ -281,7 +281,7 @@ fn fit_posterior_writes_cmdstan_draws_and_a_summary_that_match_the_reference() {
     ];
     let (code, stdout, stderr) = parvi(&[&["fit", "--posterior", folder.to_str().unwrap()][..], &args].concat());
     assert_eq!(code, 0, "{stderr}");
-    let text = std::fs::read_to_string(out.join("draws.csv")).unwrap();
+    let text = std::fs::read_to_string(out.join("draws_1.csv")).unwrap();
     let (comments, header, rows) = read_by_cmdstan_rules(&text);
     assert_eq!(header, ["lp__", "beta.1", "beta.2", "sigma"]);
     assert_eq!(rows.len(), 50);
@@ -291,7 +291,7 @@ fn fit_posterior_writes_cmdstan_draws_and_a_summary_that_match_the_reference() {
     // The posterior means within 0.3 reference sds (the bar).
     let reference = posteriordb::ReferenceDraws::load("kidiq-kidscore_momiq", &dir).unwrap();
     let (mean, sd) = (reference.mean(), reference.sd());
-    for (j, (name, m)) in column_means(&out.join("draws.csv")).into_iter().skip(1).enumerate() {
+    for (j, (name, m)) in column_means(&out.join("draws_1.csv")).into_iter().skip(1).enumerate() {
         assert!((m - mean[j]).abs() < 0.3 * sd[j], "{name}: {m} vs reference {} (sd {})", mean[j], sd[j]);
     }
     // The summary: lp__ then the quantities under Stan's names, the means of the draws.
@@ -333,11 +333,19 @@ fn fit_model_with_data_and_builtin_targets_write_the_same_files() {
         out.to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{stderr}");
-    let csv = StanCsv::read(&out.join("draws.csv")).unwrap();
+    // One file per chain, each its own `id`; read back together, the chains as the files hold them.
+    let paths = cmdstan::chain_file_paths(&out, "draws").unwrap();
+    assert_eq!(paths.len(), 8);
+    let csv = StanCsv::read(&paths[0]).unwrap();
     assert_eq!(csv.header, ["lp__", "x.1", "x.2"]);
-    let chains: usize = csv.config("parvi_chains").unwrap().parse().unwrap();
-    let per: usize = csv.config("parvi_draws_per_chain").unwrap().parse().unwrap();
-    assert_eq!((chains, csv.rows.len()), (8, 8 * per));
+    assert_eq!((csv.config("id"), csv.config("num_chains")), (Some("1"), Some("8")));
+    let per: usize = csv.config("num_samples").unwrap().parse().unwrap();
+    let draws = Draws::read_files(&paths).unwrap();
+    assert_eq!(
+        (draws.chains(), draws.rows(), draws.names()),
+        (8, 8 * per, &["x[1]".to_string(), "x[2]".to_string()][..])
+    );
+    assert_eq!(StanCsv::read(&paths[7]).unwrap().config("id"), Some("8"));
     assert!(stdout.contains("R_hat") && stdout.contains("8 chains"), "{stdout}");
     let summary = std::fs::read_to_string(out.join("summary.csv")).unwrap();
     let rhat: f64 = summary.lines().nth(2).unwrap().rsplit(',').next().unwrap().parse().unwrap();
@@ -362,7 +370,7 @@ fn fit_model_with_data_and_builtin_targets_write_the_same_files() {
         out.to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{stderr}");
-    let csv = StanCsv::read(&out.join("draws.csv")).unwrap();
+    let csv = StanCsv::read(&out.join("draws_1.csv")).unwrap();
     assert_eq!(csv.config("algorithm"), Some("mmd-fw"));
     assert_eq!(csv.rows.len(), 20);
     if csv.config("scheme").is_some() {
@@ -387,7 +395,7 @@ fn fit_model_with_data_and_builtin_targets_write_the_same_files() {
         out.to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{stderr}");
-    let csv = StanCsv::read(&out.join("draws.csv")).unwrap();
+    let csv = StanCsv::read(&out.join("draws_1.csv")).unwrap();
     assert_eq!(csv.header, ["lp__", "beta.1", "beta.2", "sigma"]);
     assert!(csv.config("file").unwrap().ends_with("data.json"));
     assert!(csv.column("sigma").unwrap().iter().all(|s| *s > 0.0));
@@ -423,4 +431,56 @@ fn bad_models_data_and_output_directories_are_named_with_exit_2_and_no_files() {
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
         assert!(!out.exists() || std::fs::read_dir(&out).unwrap().next().is_none(), "{args:?} left files in {o}");
     }
+}
+
+#[test]
+fn chains_are_thinned_within_and_grouped_whole_into_equal_files() {
+    // Every draw where the chains hold no more than asked; else every k-th, counted back from
+    // each chain's last, at least 4 a chain.
+    assert_eq!(cmdstan::thinning(4, 1000, 4000), (1, (0..1000).collect::<Vec<_>>()));
+    let (thin, kept) = cmdstan::thinning(100, 156, 4000);
+    assert_eq!((thin, kept.len(), *kept.last().unwrap()), (4, 39, 155));
+    assert!(kept.windows(2).all(|w| w[1] - w[0] == 4));
+    let (thin, kept) = cmdstan::thinning(1000, 16, 1000);
+    assert_eq!((thin, kept), (4, vec![3, 7, 11, 15]));
+    // Files: one a chain up to 20, else the most of 4..=20 that divide the chains.
+    assert_eq!([4, 20, 100, 1000, 64, 97].map(cmdstan::chain_files), [4, 20, 20, 20, 16, 97]);
+    // Grouped chains keep their draws in order; written and read back, each file is a chain.
+    let names: Vec<String> = vec!["mu".into(), "c".into()];
+    let (chains, per) = (8, 5);
+    let values: Vec<f64> = (0..chains * per).flat_map(|r| [r as f64, 2.5]).collect();
+    let lp: Vec<f64> = (0..chains * per).map(|r| -(r as f64)).collect();
+    let draws = Draws::new(names, values.clone(), lp, chains, None).unwrap().grouped(4).unwrap();
+    assert_eq!((draws.chains(), draws.chains_per_file(), draws.draws_per_chain()), (4, 2, 10));
+    assert!(Draws::new(vec!["x".into()], vec![0.0; 6], vec![0.0; 6], 3, None).unwrap().grouped(2).is_err());
+    let dir = tempfile::tempdir().unwrap();
+    let paths = draws.write_files(dir.path(), "fit", &run_info(1)).unwrap();
+    assert_eq!(paths, cmdstan::chain_file_paths(dir.path(), "fit").unwrap());
+    assert_eq!(paths.len(), 4);
+    let second = StanCsv::read(&paths[1]).unwrap();
+    assert_eq!(
+        (second.config("id"), second.config("num_samples"), second.config("chains_in_file")),
+        (Some("2"), Some("10"), Some("2"))
+    );
+    assert_eq!(second.column("mu").unwrap(), (10..20).map(f64::from).collect::<Vec<_>>());
+    let back = Draws::read_files(&paths).unwrap();
+    assert_eq!(back, draws);
+    // Files that are not one run's chains are refused by name.
+    std::fs::write(&paths[2], "lp__,mu\n1,2\n").unwrap();
+    let err = Draws::read_files(&paths).unwrap_err().to_string();
+    assert!(err.contains("fit_3.csv") && err.contains("columns differ"), "{err}");
+    std::fs::write(&paths[2], "lp__,mu,c\n1,2\n").unwrap();
+    let err = Draws::read_files(&paths).unwrap_err().to_string();
+    assert!(err.contains("fit_3.csv") && err.contains("line 2"), "{err}");
+    // The summary of the grouped draws: the constant has NaN MCSE, ESS and R-hat, as Stan
+    // prints them; the varying one finite.
+    let columns = vec![draws.column("mu").unwrap(), draws.column("c").unwrap()];
+    let s = Summary::of_chains(&["mu".into(), "c".into()], &columns, draws.chains()).unwrap();
+    assert!(s.rows[0].rhat.unwrap().is_finite() && !s.rows[0].is_constant());
+    let c = &s.rows[1];
+    assert!(
+        c.is_constant() && c.ess_bulk.unwrap().is_nan() && c.ess_tail.unwrap().is_nan() && c.mcse.unwrap().is_nan()
+    );
+    assert_eq!((c.mean, c.sd), (2.5, 0.0));
+    assert!(s.to_csv().lines().nth(2).unwrap().ends_with("NaN,NaN,NaN"), "{}", s.to_csv());
 }

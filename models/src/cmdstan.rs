@@ -7,9 +7,14 @@
 //! What parvi chose where CmdStan has no convention (docs/cmdstan.md):
 //! - `method = sample` with `algorithm = <parvi method>`: every draw set parvi writes stands for
 //!   the posterior, as a sampler's does; the `parvi` block names the engine and its settings.
-//! - Several MCMC chains go into one file, chain after chain (CmdStan writes a file per chain);
-//!   `parvi_chains` and `parvi_draws_per_chain` say how to split them. A single-file reader sees
-//!   one chain of all the draws, which gives the same means and quantiles.
+//! - One file per chain, `PREFIX_1.csv`, `PREFIX_2.csv`, ... (cmdstanpy's numbering; `draws`
+//!   by default), each with its own `id`, as CmdStan writes them: a reader of the files
+//!   (`az.from_cmdstan([...])`, `cmdstanpy.from_csv`) sees the chains. More chains than
+//!   [`MAX_CHAIN_FILES`] (the default path's polish step runs up to 1000 short ones) are grouped,
+//!   whole chains to a file and as many to each ([`chain_files`]): a file is then a superchain of
+//!   nested R-hat (Margossian et al. 2022), and the summary parvi prints treats each file as the
+//!   chain a reader sees, so its R-hat and ESS are the reader's. `chains_in_file` says how many.
+//! - A particle set is one file, `PREFIX_1.csv`, its one "chain" the particles.
 //! - A weighted particle set (MMD-FW, Stein points) is resampled to as many unweighted draws by
 //!   systematic resampling with a recorded seed (the `resampling` block), so that every reader's
 //!   means are the weighted set's up to the resampling's error; the weights themselves stay in
@@ -47,6 +52,14 @@ pub enum CmdStanError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A file's content is wrong (the file named, then the reason with its line).
+    #[error("{}: {source}", path.display())]
+    InFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong in it.
+        source: Box<CmdStanError>,
+    },
     /// A file could not be read or written.
     #[error("cannot {action} {}: {error}", path.display())]
     Io {
@@ -70,6 +83,9 @@ pub struct Draws {
     values: Vec<f64>,
     lp: Vec<f64>,
     chains: usize,
+    /// The sampler's chains in each of `chains` (more than 1 where chains were grouped into
+    /// files: [`Draws::grouped`]).
+    chains_per_file: usize,
     weights: Option<Vec<f64>>,
 }
 
@@ -112,7 +128,7 @@ impl Draws {
         if let Some(bad) = names.iter().find(|n| n.is_empty() || cmdstan_name(n).contains([',', '\n', '"', ' '])) {
             return shape(format!("name `{bad}` cannot be a CSV column"));
         }
-        Ok(Self { names, values, lp, chains, weights })
+        Ok(Self { names, values, lp, chains, chains_per_file: 1, weights })
     }
 
     /// Draws from tensors: the reported quantities `[rows, names.len()]`, the log densities
@@ -207,9 +223,27 @@ impl Draws {
         self.chains
     }
 
-    /// Draws per chain.
+    /// Draws per chain (per file, where chains were grouped).
     pub fn draws_per_chain(&self) -> usize {
         self.rows() / self.chains
+    }
+
+    /// The sampler's chains in each chain of these draws: 1, or more where [`Draws::grouped`]
+    /// put several whole chains in each file.
+    pub fn chains_per_file(&self) -> usize {
+        self.chains_per_file
+    }
+
+    /// The same draws with every `files`-th share of the chains as one chain (rows are
+    /// chain-major, so a group is whole consecutive chains): the chains as the files hold them
+    /// ([`chain_files`]), and as a reader of the files, ArviZ included, sees them.
+    pub fn grouped(mut self, files: usize) -> Result<Self, CmdStanError> {
+        if files == 0 || !self.chains.is_multiple_of(files) {
+            return Err(CmdStanError::Shape(format!("{} chains do not group into {files} equal files", self.chains)));
+        }
+        self.chains_per_file *= self.chains / files;
+        self.chains = files;
+        Ok(self)
     }
 
     /// Row-major `[rows, names().len()]`.
@@ -233,7 +267,12 @@ impl Draws {
         if name == "lp__" {
             return Some(self.lp.clone());
         }
-        let j = self.names.iter().position(|n| n == name || cmdstan_name(n) == name)?;
+        // Stan's name first, without a conversion a name.
+        let j = self
+            .names
+            .iter()
+            .position(|n| n == name)
+            .or_else(|| self.names.iter().position(|n| cmdstan_name(n) == name))?;
         let p = self.names.len();
         Some((0..self.rows()).map(|r| self.values[r * p + j]).collect())
     }
@@ -261,14 +300,34 @@ impl Draws {
             values.extend_from_slice(&self.values[i * p..(i + 1) * p]);
             lp.push(self.lp[i]);
         }
-        Draws { names: self.names.clone(), values, lp, chains: 1, weights: None }
+        Draws { names: self.names.clone(), values, lp, chains: 1, chains_per_file: 1, weights: None }
     }
 
-    /// The draws as a CmdStan CSV file (weighted sets resampled with `run.seed`; see the
-    /// module's docs).
+    /// The first file's CmdStan CSV text: all the draws of a particle set (weighted sets
+    /// resampled with `run.seed`; see the module's docs) or the first chain's.
     pub fn to_csv(&self, run: &RunInfo) -> String {
-        let draws = self.resampled(run.seed);
-        let mut out = String::new();
+        self.resampled(run.seed).file_csv(0, &self.weighed(run))
+    }
+
+    /// `run` with a weighted set's particle count and weights' ESS, for the `resampling` block.
+    fn weighed(&self, run: &RunInfo) -> RunInfo {
+        let mut run = run.clone();
+        if let Some(w) = &self.weights {
+            let total: f64 = w.iter().sum();
+            run.weights = Some((w.len(), total * total / w.iter().map(|v| v * v).sum::<f64>()));
+        }
+        run
+    }
+
+    /// The CmdStan CSV text of chain `file` (0-based) of unweighted draws: its own header (`id`,
+    /// `num_samples` of this chain), the run's record, the chain's own record
+    /// (`run.chain_records[file]`: its step size and metric as CmdStan's adaptation lines), the
+    /// draws in CmdStan's column order, and the timing block.
+    fn file_csv(&self, file: usize, run: &RunInfo) -> String {
+        let per = self.draws_per_chain();
+        let p = self.names.len();
+        // Some 12 characters a value: one allocation for the text, none a value.
+        let mut out = String::with_capacity(4096 + per * (p + 1) * 12);
         let mut line = |indent: usize, text: &str| {
             let _ = writeln!(out, "# {}{text}", "  ".repeat(indent));
         };
@@ -278,14 +337,18 @@ impl Draws {
         }
         line(0, "method = sample");
         line(1, "sample");
-        // One file holds every chain: to a reader it is one chain of all the rows.
-        line(2, &format!("num_samples = {}", draws.rows()));
+        line(2, &format!("num_samples = {per}"));
         // The iterations before the saved draws (cmdstanpy refuses 0 with adaptation on).
-        line(2, &format!("num_warmup = {}", run.steps.max(1)));
+        line(2, &format!("num_warmup = {}", run.warmup.max(1)));
         line(2, "save_warmup = false");
-        line(2, "thin = 1");
-        line(2, &format!("algorithm = {}", run.method));
-        line(2, "num_chains = 1");
+        line(2, &format!("thin = {}", run.thin.max(1)));
+        if run.algorithm.is_empty() {
+            line(2, &format!("algorithm = {}", run.method));
+        }
+        for (indent, text) in &run.algorithm {
+            line(2 + indent, text);
+        }
+        line(2, &format!("num_chains = {}", self.chains));
         line(0, "parvi");
         line(1, &format!("parvi_version = {}", env!("CARGO_PKG_VERSION")));
         line(1, &format!("engine = {}", run.method));
@@ -293,38 +356,60 @@ impl Draws {
             line(1, &format!("{key} = {value}"));
         }
         line(1, &format!("draws_are = {}", run.draws_are));
-        line(1, &format!("parvi_chains = {}", draws.chains));
-        line(1, &format!("parvi_draws_per_chain = {}", draws.draws_per_chain()));
-        if let Some(w) = &self.weights {
-            let total: f64 = w.iter().sum();
-            let ess = total * total / w.iter().map(|v| v * v).sum::<f64>();
+        line(1, &format!("chains_in_file = {}", self.chains_per_file));
+        line(1, &format!("draws_per_chain = {}", per / self.chains_per_file));
+        let record = run.chain_records.get(file);
+        if let Some(record) = record.filter(|r| !r.settings.is_empty()) {
+            line(1, "chain");
+            for (key, value) in &record.settings {
+                line(2, &format!("{key} = {value}"));
+            }
+        }
+        if let Some(w) = &run.weights {
             line(1, "resampling");
             line(2, "scheme = systematic");
             line(2, &format!("resampling_seed = {}", run.seed));
-            line(2, &format!("weighted_particles = {}", w.len()));
-            line(2, &format!("weights_ess = {ess:.1}"));
+            line(2, &format!("weighted_particles = {}", w.0));
+            line(2, &format!("weights_ess = {:.1}", w.1));
         }
-        line(0, "id = 1");
+        line(0, &format!("id = {}", file + 1));
         line(0, "data");
         line(1, &format!("file = {}", run.data_file.as_deref().unwrap_or("")));
         line(0, "random");
         line(1, &format!("seed = {}", run.seed));
         line(0, "output");
-        line(1, &format!("file = {}", run.output_file.as_deref().unwrap_or("draws.csv")));
+        line(1, &format!("file = {}", run.output_file.as_deref().unwrap_or("draws_1.csv")));
         // The header and the rows, in CmdStan's column order.
-        let order = cmdstan_order(&draws.names);
-        let header: Vec<String> =
-            std::iter::once("lp__".to_string()).chain(order.iter().map(|&j| cmdstan_name(&draws.names[j]))).collect();
-        out.push_str(&header.join(","));
+        let order = cmdstan_order(&self.names);
+        out.push_str("lp__");
+        for &j in &order {
+            out.push(',');
+            out.push_str(&cmdstan_name(&self.names[j]));
+        }
         out.push('\n');
-        let p = draws.names.len();
-        // Some 12 characters a value: one allocation for the rows, none a value.
-        out.reserve(draws.lp.len() * (p + 1) * 12);
-        for (r, &lp) in draws.lp.iter().enumerate() {
-            push_number(&mut out, lp);
+        // CmdStan's adaptation lines, between the header and the draws.
+        if let Some(record) = record {
+            if let Some(step) = record.step_size {
+                out.push_str("# Adaptation terminated\n");
+                let _ = writeln!(out, "# Step size = {step}");
+            }
+            if let Some(metric) = &record.inv_metric {
+                out.push_str("# Diagonal elements of inverse mass matrix:\n# ");
+                for (i, v) in metric.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    push_number(&mut out, *v);
+                }
+                out.push('\n');
+            }
+        }
+        for r in file * per..(file + 1) * per {
+            push_number(&mut out, self.lp[r]);
+            let row = &self.values[r * p..(r + 1) * p];
             for &j in &order {
                 out.push(',');
-                push_number(&mut out, draws.values[r * p + j]);
+                push_number(&mut out, row[j]);
             }
             out.push('\n');
         }
@@ -340,13 +425,162 @@ impl Draws {
         out
     }
 
-    /// Writes [`Draws::to_csv`] to `path` atomically (a temporary file beside it, renamed into
-    /// place: an interrupted write leaves no partial file under the name).
-    /// The comments' `output.file` is `path`.
-    pub fn write_csv(&self, path: &Path, run: &RunInfo) -> Result<(), CmdStanError> {
-        let run = RunInfo { output_file: Some(path.display().to_string()), ..run.clone() };
-        write_atomic(path, self.to_csv(&run).as_bytes())
+    /// Writes one CmdStan CSV file per chain, `dir/PREFIX_1.csv`, ..., each atomically (a
+    /// temporary file beside it, renamed into place: an interrupted write leaves no partial file
+    /// under the name), and returns their paths. A weighted set is resampled first (one file).
+    /// Each file's comments name it (`output.file`).
+    pub fn write_files(&self, dir: &Path, prefix: &str, run: &RunInfo) -> Result<Vec<PathBuf>, CmdStanError> {
+        let draws = self.resampled(run.seed);
+        let run = self.weighed(run);
+        let paths: Vec<PathBuf> = (1..=draws.chains).map(|k| dir.join(format!("{prefix}_{k}.csv"))).collect();
+        // The files are independent: formatted and written on every core, a share of the files
+        // each (formatting the numbers is most of a large run's output time).
+        let threads = std::thread::available_parallelism().map_or(1, usize::from).min(draws.chains).max(1);
+        let write = |file: usize| {
+            let run = RunInfo { output_file: Some(paths[file].display().to_string()), ..run.clone() };
+            write_atomic(&paths[file], draws.file_csv(file, &run).as_bytes())
+        };
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads)
+                .map(|t| {
+                    let write = &write;
+                    scope.spawn(move || (t..draws.chains).step_by(threads).try_for_each(write))
+                })
+                .collect();
+            workers.into_iter().try_for_each(|w| w.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+        })?;
+        Ok(paths)
     }
+
+    /// Writes the draws of a particle set or of one chain as one CmdStan CSV file at `path`,
+    /// atomically; several chains are refused (they are several files: [`Draws::write_files`]).
+    pub fn write_csv(&self, path: &Path, run: &RunInfo) -> Result<(), CmdStanError> {
+        if self.chains > 1 {
+            return Err(CmdStanError::Shape(format!(
+                "{} chains are {} files, not one: write them with Draws::write_files",
+                self.chains, self.chains
+            )));
+        }
+        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let name = path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        let prefix = name.strip_suffix("_1.csv").unwrap_or(&name);
+        if format!("{prefix}_1.csv") == name {
+            self.write_files(dir, prefix, run).map(|_| ())
+        } else {
+            let run = RunInfo { output_file: Some(path.display().to_string()), ..self.weighed(run) };
+            write_atomic(path, self.resampled(run.seed).file_csv(0, &run).as_bytes())
+        }
+    }
+
+    /// The draws of CmdStan CSV files, one chain a file (as a reader of CmdStan's files takes
+    /// them; a file parvi wrote with several chains in it, `chains_in_file`, stays one chain
+    /// here, as ArviZ sees it): the quantities in the files' column order under Stan's names,
+    /// `lp__` from its column, the sampler's other columns (`accept_stat__`, ...) left out.
+    /// Every file must have the same header and as many draws; an error names the file.
+    pub fn read_files<P: AsRef<Path>>(paths: &[P]) -> Result<Self, CmdStanError> {
+        let Some(first) = paths.first() else {
+            return Err(CmdStanError::Shape("no draws files given".into()));
+        };
+        let in_file = |path: &Path, reason: String| CmdStanError::InFile {
+            path: path.to_path_buf(),
+            source: Box::new(CmdStanError::Shape(reason)),
+        };
+        let csv = StanCsv::read(first.as_ref())?;
+        let lp_at = csv
+            .header
+            .iter()
+            .position(|h| h == "lp__")
+            .ok_or_else(|| in_file(first.as_ref(), "no `lp__` column".into()))?;
+        let kept: Vec<usize> = (0..csv.header.len()).filter(|&j| !csv.header[j].ends_with("__")).collect();
+        let names: Vec<String> = kept.iter().map(|&j| stan_name(&csv.header[j])).collect();
+        let per = csv.rows.len();
+        let (mut values, mut lp) = (Vec::new(), Vec::new());
+        let mut chains_per_file = csv.config("chains_in_file").and_then(|v| v.parse().ok()).unwrap_or(1);
+        for (i, path) in paths.iter().enumerate() {
+            let path = path.as_ref();
+            let file = if i == 0 { csv.clone() } else { StanCsv::read(path)? };
+            if file.header != csv.header {
+                return Err(in_file(path, format!("its columns differ from those of {}", first.as_ref().display())));
+            }
+            if file.rows.len() != per || per == 0 {
+                return Err(in_file(
+                    path,
+                    format!(
+                        "{} draws, where {} has {per}: chains must be equally long",
+                        file.rows.len(),
+                        first.as_ref().display()
+                    ),
+                ));
+            }
+            let grouped: usize = file.config("chains_in_file").and_then(|v| v.parse().ok()).unwrap_or(1);
+            if grouped != chains_per_file {
+                chains_per_file = 1;
+            }
+            values.reserve(per * kept.len());
+            for row in &file.rows {
+                lp.push(row[lp_at]);
+                values.extend(kept.iter().map(|&j| row[j]));
+            }
+        }
+        let mut draws = Self::new(names, values, lp, paths.len(), None)?;
+        draws.chains_per_file = chains_per_file;
+        Ok(draws)
+    }
+}
+
+/// The chain files `dir/PREFIX_1.csv`, `dir/PREFIX_2.csv`, ... that exist, in order (the
+/// numbering stops at the first missing one); an error where there is none.
+pub fn chain_file_paths(dir: &Path, prefix: &str) -> Result<Vec<PathBuf>, CmdStanError> {
+    let paths: Vec<PathBuf> =
+        (1..).map(|k| dir.join(format!("{prefix}_{k}.csv"))).take_while(|p| p.is_file()).collect();
+    if paths.is_empty() {
+        let path = dir.join(format!("{prefix}_1.csv"));
+        return Err(CmdStanError::Io { action: "read", path, error: std::io::ErrorKind::NotFound.into() });
+    }
+    Ok(paths)
+}
+
+/// At most this many files for one run's chains: more are grouped ([`chain_files`]).
+pub const MAX_CHAIN_FILES: usize = 20;
+
+/// How many files `chains` chains go into: one a chain up to [`MAX_CHAIN_FILES`]; beyond, the
+/// largest number of files from 4 to [`MAX_CHAIN_FILES`] that takes as many whole chains each
+/// (readers want every file equally long), or one a chain where no such number divides them.
+pub fn chain_files(chains: usize) -> usize {
+    if chains <= MAX_CHAIN_FILES {
+        return chains.max(1);
+    }
+    (4..=MAX_CHAIN_FILES).rev().find(|f| chains.is_multiple_of(*f)).unwrap_or(chains)
+}
+
+/// Which of a chain's `per_chain` draws to keep so that `chains` chains keep about `total` in
+/// all: every `thin`-th, counted back from the chain's last draw, `thin` the smallest stride
+/// that keeps at most `total` (plus at most one a chain) and at least 4 a chain where the chain
+/// has them (split R-hat's least). Returns `(thin, indices)`, the indices ascending; `thin = 1`
+/// (every draw) where the chains hold no more than `total`.
+pub fn thinning(chains: usize, per_chain: usize, total: usize) -> (usize, Vec<usize>) {
+    let available = chains * per_chain;
+    let mut thin = available.div_ceil(total.max(1)).max(1);
+    if per_chain >= 4 {
+        thin = thin.min(per_chain / 4);
+    }
+    let thin = thin.max(1);
+    let mut kept: Vec<usize> = (0..per_chain).rev().step_by(thin).collect();
+    kept.reverse();
+    (thin, kept)
+}
+
+/// One chain's (one file's) own record: its settings (`divergences = 3`, ...) for the `parvi`
+/// block's `chain` section, and its adapted step size and diagonal inverse metric, written as
+/// CmdStan's adaptation lines after the header.
+#[derive(Clone, Debug, Default)]
+pub struct ChainRecord {
+    /// `key = value` lines of the chain's own.
+    pub settings: Vec<(String, String)>,
+    /// The step size after warm-up (CmdStan's `# Step size = ...`).
+    pub step_size: Option<f64>,
+    /// The diagonal of the inverse metric after warm-up.
+    pub inv_metric: Option<Vec<f64>>,
 }
 
 /// What the comment lines of a draws file say about the run.
@@ -356,14 +590,24 @@ pub struct RunInfo {
     pub model: String,
     /// The posterior's name, for a posteriordb posterior.
     pub posterior: Option<String>,
-    /// The parvi method (`svgd`, `sgld`, ...), written as CmdStan's `algorithm`.
+    /// The parvi method (`svgd`, `nuts`, ...): the `parvi` block's `engine`, and CmdStan's
+    /// `algorithm` where [`RunInfo::algorithm`] is empty.
     pub method: String,
-    /// The run's settings (particles, steps, preconditioner, backend, engine options), written
-    /// as `key = value` lines of the `parvi` block.
+    /// The lines of CmdStan's `sample` block that say which sampler made the draws, with their
+    /// indentation under it (`(0, "algorithm = hmc")`, `(1, "hmc")`, `(2, "engine = nuts")`, ...);
+    /// empty: `algorithm = <method>`.
+    pub algorithm: Vec<(usize, String)>,
+    /// The run's settings that apply to it (a sampler's chains, warm-up and metric; a particle
+    /// engine's particles, steps and step size; each phase's seconds), written as `key = value`
+    /// lines of the `parvi` block.
     pub settings: Vec<(String, String)>,
-    /// The engine's steps, written as CmdStan's `num_warmup`: the iterations that led to the
-    /// saved draws, none of them saved.
-    pub steps: usize,
+    /// Each file's own record (one per chain or group of chains; may be empty).
+    pub chain_records: Vec<ChainRecord>,
+    /// Warm-up iterations per chain before the first saved draw, CmdStan's `num_warmup`
+    /// (a particle engine's steps before its particles).
+    pub warmup: usize,
+    /// Iterations per saved draw, CmdStan's `thin` (0 is written as 1).
+    pub thin: usize,
     /// What the draws are (`final particles`, `MCMC draws`, `polish-step MALA draws`).
     pub draws_are: String,
     /// The run's seed (also the resampling seed of a weighted set).
@@ -376,9 +620,10 @@ pub struct RunInfo {
     pub sampling_seconds: f64,
     /// The run's warnings, written as comment lines after the timing block.
     pub warnings: Vec<String>,
-    /// The file written, for the comments' `output.file` (`draws.csv` when `None`; set by
-    /// [`Draws::write_csv`]).
+    /// The file written, for the comments' `output.file` (set by [`Draws::write_files`]).
     pub output_file: Option<String>,
+    /// A weighted set's particle count and the weights' ESS (set by [`Draws::write_files`]).
+    pub weights: Option<(usize, f64)>,
 }
 
 /// Writes `bytes` to `path` through a temporary file in the same folder, renamed into place.
@@ -543,7 +788,7 @@ impl StanCsv {
             path: path.to_path_buf(),
             error,
         })?;
-        Self::parse(&text)
+        Self::parse(&text).map_err(|e| CmdStanError::InFile { path: path.to_path_buf(), source: Box::new(e) })
     }
 
     /// The value of the first comment line `key = value` (CmdStan's `(Default)` mark dropped).

@@ -113,6 +113,15 @@ pub struct FitCommon {
     /// Output directory (created if missing).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// Draws kept of MCMC chains (a sampler's, the polish step's), in all: each chain thinned
+    /// evenly (every k-th draw, counted back from its last), every chain kept, at least 4 draws a
+    /// chain; a particle set is kept whole [default: 4000, Stan's 4 chains x 1000].
+    #[arg(long, value_name = "N")]
+    pub draws: Option<usize>,
+    /// The draws files' name: PREFIX_1.csv, PREFIX_2.csv, ..., one per chain (more than 20
+    /// chains grouped, whole chains to a file) [default: draws].
+    #[arg(long, value_name = "PREFIX")]
+    pub output_prefix: Option<String>,
     /// Hide the progress bar, and the phase and progress lines printed on stderr.
     #[arg(long)]
     #[serde(default)]
@@ -218,6 +227,8 @@ impl FitCommon {
             opt: self.opt,
             options: file.options,
             out: self.out.or(file.out),
+            draws: self.draws.or(file.draws),
+            output_prefix: self.output_prefix.or(file.output_prefix),
             quiet: self.quiet || file.quiet,
             distributed: self.distributed || file.distributed,
             shard: self.shard.or(file.shard),
@@ -235,16 +246,34 @@ pub struct FitSummary {
     pub method: String,
     pub model: String,
     pub backend: String,
-    pub particles: usize,
+    /// The particle engine's particles (absent for a sampler such as NUTS, which has chains:
+    /// `sampler`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub particles: Option<usize>,
     /// Steps the particle run took (fewer than `max_steps` once it settled).
-    pub steps: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<usize>,
     /// The step budget (`--steps`).
-    #[serde(default)]
-    pub max_steps: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_steps: Option<usize>,
     pub seed: u64,
-    pub lr: f64,
+    /// The shared step size, for methods that step with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lr: Option<f64>,
+    /// Wall seconds of the engine's run (a sampler's: warm-up and draws).
     pub seconds: f64,
-    pub ms_per_step: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ms_per_step: Option<f64>,
+    /// A sampler's record (NUTS): chains, warm-up, draws, metric, coordinates, and per chain the
+    /// step size, divergences and tree-depth hits.
+    #[serde(default)]
+    pub sampler: Option<crate::workflow::SamplerRecord>,
+    /// Each phase that ran with its steps and seconds.
+    #[serde(default)]
+    pub phases: Vec<crate::workflow::Phase>,
+    /// The draws kept and the files that hold them.
+    #[serde(default)]
+    pub draws: Option<DrawsRecord>,
     pub posterior_mean: Vec<f64>,
     /// Row-major `dim x dim`.
     pub posterior_cov: Vec<f64>,
@@ -279,6 +308,29 @@ pub struct FitSummary {
     /// PSIS-LOO of the draws, when the model generates a pointwise `log_lik`.
     #[serde(default)]
     pub loo: Option<parvi_infer::evaluation::Loo>,
+}
+
+/// The draws a fit kept and wrote, and what it cost.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct DrawsRecord {
+    /// Draws kept (in the files and the summary).
+    pub kept: usize,
+    /// Draws the fit returned (for the polish step: the ones its convergence rule counted).
+    pub counted: usize,
+    /// Every this many of a chain's draws kept.
+    pub thin: usize,
+    /// The draws files, in order.
+    pub files: Vec<String>,
+    /// The sampler's chains in each file.
+    pub chains_in_file: usize,
+    /// Draws in each file.
+    pub draws_per_file: usize,
+    /// Seconds to report the draws on the constrained scale (with the generated quantities).
+    pub report_seconds: f64,
+    /// Seconds to summarise them.
+    pub summary_seconds: f64,
+    /// Seconds to write the draws files.
+    pub write_seconds: f64,
 }
 
 pub fn run(args: FitArgs) -> Result<()> {
@@ -418,6 +470,16 @@ fn run_with(args: FitArgs, collective: Group, user: Option<&UserModel<'_>>) -> R
     let steps = args.common.steps.unwrap_or(parvi_infer::DEFAULT_STEPS);
     let seed = args.common.seed.unwrap_or(0);
     let lr = args.common.lr.unwrap_or(0.05);
+    let max_draws = args.common.draws.unwrap_or(crate::workflow::DEFAULT_DRAWS);
+    if max_draws == 0 {
+        bail!("invalid setting `--draws`: need at least one draw, got 0");
+    }
+    let prefix = args.common.output_prefix.clone().unwrap_or_else(|| "draws".into());
+    if prefix.is_empty() || prefix.contains(['/', '\\']) || prefix.starts_with('.') {
+        bail!(
+            "invalid setting `--output-prefix`: `{prefix}` must be a file name without a folder (the files go in --out)"
+        );
+    }
     let init_std = args.common.init_std.unwrap_or(1.0);
     if !(init_std > 0.0 && init_std.is_finite()) {
         bail!("invalid setting `--init-std`: must be finite and > 0, got {init_std}");
@@ -553,17 +615,23 @@ fn run_with(args: FitArgs, collective: Group, user: Option<&UserModel<'_>>) -> R
         Target::Builtin(t) => (t.mean.clone(), t.cov.clone()),
         Target::Posterior { .. } | Target::User { .. } => (Vec::new(), Vec::new()),
     };
+    let sampler = crate::workflow::sampler_record(&result, &spec);
+    let is_sampler = sampler.is_some();
+    let uses_lr = spec.method.config().uses_step_rule();
     let mut summary = FitSummary {
         method: method.clone(),
         model: model_name.clone(),
         backend: backend.name().into(),
-        particles: shown.len(),
-        steps: result.steps,
-        max_steps: steps,
+        particles: (!is_sampler).then_some(shown.len()),
+        steps: (!is_sampler).then_some(result.steps),
+        max_steps: (!is_sampler).then_some(steps),
         seed,
-        lr,
+        lr: (!is_sampler && uses_lr).then_some(lr),
         seconds: result.seconds,
-        ms_per_step: result.ms_per_step(),
+        ms_per_step: (!is_sampler).then(|| result.ms_per_step()),
+        sampler,
+        phases: crate::workflow::phases(&result, &spec),
+        draws: None,
         posterior_mean: particles.mean(),
         posterior_cov: particles.covariance(),
         true_mean,
@@ -578,34 +646,40 @@ fn run_with(args: FitArgs, collective: Group, user: Option<&UserModel<'_>>) -> R
         communication_ms_per_step: communication_ms_per_step(&collective, result.steps_run),
         loo: None,
     };
-    // The draws on the constrained scale under Stan's names, and their summary: made before any
-    // file is written, so that a failure leaves none behind.
-    let weights = particles.weights.clone();
+    // The draws kept (MCMC chains thinned to about --draws) on the constrained scale under
+    // Stan's names, and their summary: made before any file is written, so that a failure leaves
+    // none behind.
+    let reporting = std::time::Instant::now();
+    let kept = crate::workflow::kept_draws(&result, max_draws);
     let draws = match target.stan_model() {
         // Parameters, transformed parameters and generated quantities (drawn with the run's
         // seed) under Stan's names.
-        Some(model) => cmdstan::Draws::of_model(model, particles.positions.clone(), weights, result.chains, seed)?,
+        Some(model) => crate::workflow::kept_model_draws(model, &kept, seed)?,
         None => {
             let Target::Builtin(t) = &target else { unreachable!("every other target is a StanModel") };
-            cmdstan::builtin_draws(t.density.as_ref(), particles.positions.clone(), weights, result.chains)?
+            let draws =
+                cmdstan::builtin_draws(t.density.as_ref(), kept.positions.clone(), kept.weights.clone(), kept.chains)?;
+            let files = cmdstan::chain_files(draws.chains());
+            draws.grouped(files)?
         }
     };
+    let report_seconds = reporting.elapsed().as_secs_f64();
+    let summarising = std::time::Instant::now();
     let mcmc = result.chains.is_some();
     let stats = crate::workflow::summarize(&draws, mcmc)?;
-    let mut run_info = RunInfo {
-        model: match &target {
-            Target::Builtin(t) => t.name.to_string(),
-            Target::Posterior { model, .. } => model.model_name().to_string(),
-            Target::User { name, .. } => name.clone(),
-        },
-        posterior: match &target {
-            Target::Posterior { model, .. } => Some(model.name().to_string()),
-            Target::Builtin(_) | Target::User { .. } => None,
-        },
-        settings: run_settings(&args, &spec, n, &result, backend, lr)?,
-        data_file,
-        ..crate::workflow::run_info(&result, &config, &method, &draws)
+    let summary_seconds = summarising.elapsed().as_secs_f64();
+    let mut run_info = crate::workflow::run_info(&result, &config, &spec, &draws, &kept);
+    run_info.model = match &target {
+        Target::Builtin(t) => t.name.to_string(),
+        Target::Posterior { model, .. } => model.model_name().to_string(),
+        Target::User { name, .. } => name.clone(),
     };
+    run_info.posterior = match &target {
+        Target::Posterior { model, .. } => Some(model.name().to_string()),
+        Target::Builtin(_) | Target::User { .. } => None,
+    };
+    run_info.data_file = data_file;
+    run_info.settings.extend(run_settings(&args, &spec, &result, backend, is_sampler, uses_lr.then_some(lr))?);
     let mut warnings = diagnostics.warnings.clone();
     if mcmc {
         warnings.extend(crate::workflow::summary_warnings(&stats, &diagnostics.warnings));
@@ -622,7 +696,22 @@ fn run_with(args: FitArgs, collective: Group, user: Option<&UserModel<'_>>) -> R
     if !args.common.quiet {
         eprintln!("parvi: writing {} draws to {}", draws.rows(), out.display());
     }
-    draws.write_csv(&out.join("draws.csv"), &run_info)?;
+    let writing = std::time::Instant::now();
+    let files = draws.write_files(&out, &prefix, &run_info)?;
+    let write_seconds = writing.elapsed().as_secs_f64();
+    let names: Vec<String> =
+        files.iter().map(|f| f.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned())).collect();
+    summary.draws = Some(DrawsRecord {
+        kept: draws.rows(),
+        counted: kept.counted,
+        thin: kept.thin,
+        files: names.clone(),
+        chains_in_file: draws.chains_per_file(),
+        draws_per_file: draws.draws_per_chain(),
+        report_seconds,
+        summary_seconds,
+        write_seconds,
+    });
     write_atomic(&out.join("summary.csv"), stats.to_csv().as_bytes())?;
     write_atomic(&out.join("summary.json"), &serde_json::to_vec_pretty(&summary)?)?;
     write_particles(&out.join("particles.csv"), shown)?;
@@ -657,47 +746,76 @@ fn run_with(args: FitArgs, collective: Group, user: Option<&UserModel<'_>>) -> R
         (Some(c), Some(comm)) => format!(" on {} ranks ({comm:.3} ms/step communicating)", c.size()),
         _ => String::new(),
     };
+    let files = match names.as_slice() {
+        [one] => one.clone(),
+        [first, .., last] => format!("{first} ... {last}"),
+        [] => String::new(),
+    };
     println!(
-        "{} on {} ({}){}: {} draws, {} steps, {:.3} ms/step; wrote {} (draws.csv, summary.csv)",
+        "{} on {} ({}){}: {}; kept {} draws; wrote {} ({files}, summary.csv, summary.json) in {:.3} s",
         method,
         model_name,
         backend,
         ranks,
-        particles.len(),
-        result.steps,
-        result.ms_per_step(),
-        out.display()
+        what_ran(&summary, &result),
+        draws.rows(),
+        out.display(),
+        write_seconds
     );
     Ok(())
 }
 
-/// The run's settings for the `parvi` block of `draws.csv`'s comments.
+/// What ran, in a few words for the last line: a sampler's chains, warm-up and draws; a
+/// particle engine's particles and steps, then the polish step's chains and steps.
+fn what_ran(summary: &FitSummary, result: &parvi_infer::FitResult) -> String {
+    if let Some(s) = &summary.sampler {
+        let divergences: usize = s.divergences.iter().sum();
+        return format!(
+            "{} chains x ({} warm-up + {} draws), {:.3} s, {divergences} divergences",
+            s.chains, s.warmup, s.draws_per_chain, s.seconds
+        );
+    }
+    let mut text =
+        format!("{} particles, {} steps, {:.3} ms/step", result.particles.len(), result.steps, result.ms_per_step());
+    if let Some(p) = &result.diagnostics.polish {
+        text.push_str(&format!("; polish: {}", p.describe()));
+    }
+    text
+}
+
+/// The settings of the `parvi` block that [`crate::workflow::run_info`] leaves to the command
+/// line: the backend, and for a particle engine its configuration (kernel and step-size rule
+/// where it uses them) and the polish step's switch. A sampler (`sampler`) has none of the
+/// particle settings.
 fn run_settings(
     args: &FitArgs,
     spec: &parvi_infer::EngineSpec,
-    particles: usize,
     result: &parvi_infer::FitResult,
     backend: BackendKind,
-    lr: f64,
+    sampler: bool,
+    lr: Option<f64>,
 ) -> Result<Vec<(String, String)>> {
-    let mut settings = vec![
-        ("particles".to_string(), particles.to_string()),
-        ("steps".to_string(), result.steps.to_string()),
-        ("precondition".to_string(), format!("{:?}", result.precondition).to_lowercase()),
-        ("backend".to_string(), backend.name().to_string()),
-        ("lr".to_string(), lr.to_string()),
-        (
-            "polish".to_string(),
-            match (&result.diagnostics.polish, args.common.polish) {
-                (None, _) if args.common.no_polish => "off".to_string(),
-                (None, _) => "not run".to_string(),
-                (Some(p), _) => format!("on,kernel={}", p.kernel.name()),
-            },
-        ),
-    ];
-    // The engine's full configuration as one JSON line (no spaces: readers split `key = value`
-    // on whitespace).
-    settings.push(("engine_config".to_string(), serde_json::to_string(spec)?.replace(' ', "")));
+    let mut settings = vec![("backend".to_string(), backend.name().to_string())];
+    // The method's own configuration as one JSON line (no spaces: readers split `key = value`
+    // on whitespace); the shared kernel and step-size rule only where the method uses them.
+    let method = serde_json::to_string(&spec.method)?.replace(' ', "");
+    if sampler {
+        settings.push(("engine_config".to_string(), method));
+        return Ok(settings);
+    }
+    if let Some(lr) = lr {
+        settings.push(("lr".to_string(), lr.to_string()));
+    }
+    settings.push((
+        "polish".to_string(),
+        match (&result.diagnostics.polish, args.common.polish) {
+            (None, _) if args.common.no_polish => "off".to_string(),
+            (None, _) => "not run".to_string(),
+            (Some(p), _) => format!("on,kernel={}", p.kernel.name()),
+        },
+    ));
+    let config = if lr.is_some() { serde_json::to_string(spec)?.replace(' ', "") } else { method };
+    settings.push(("engine_config".to_string(), config));
     Ok(settings)
 }
 
@@ -707,11 +825,20 @@ fn summary_header(run: &RunInfo, draws: &cmdstan::Draws, mcmc: bool) -> String {
         Some(p) => format!("{} (posterior {p})", run.model),
         None => run.model.clone(),
     };
-    let what = if mcmc {
+    let what = if mcmc && draws.chains_per_file() > 1 {
+        format!(
+            "{} files of {} chains each ({} chains in all), each file with {} draws saved ({}); R-hat and ESS treat each file as one chain, as a reader of the files does.",
+            draws.chains(),
+            draws.chains_per_file(),
+            draws.chains() * draws.chains_per_file(),
+            draws.draws_per_chain(),
+            run.draws_are
+        )
+    } else if mcmc {
         format!("{} chains: each with {} draws saved ({}).", draws.chains(), draws.draws_per_chain(), run.draws_are)
     } else if draws.weights().is_some() {
         format!(
-            "{} weighted particles ({}; the summary uses the weights, draws.csv resamples them with seed {}).",
+            "{} weighted particles ({}; the summary uses the weights, the draws file resamples them with seed {}).",
             draws.rows(),
             run.draws_are,
             run.seed

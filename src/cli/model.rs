@@ -19,7 +19,7 @@
 //! }
 //! ```
 //!
-//! `my_model fit --data data.json --out out` then writes `out/draws.csv` (CmdStan's CSV:
+//! `my_model fit --data data.json --out out` then writes `out/draws_1.csv`, ... (CmdStan's CSV, a file per chain:
 //! parameters, transformed parameters, generated quantities), `out/summary.csv` and
 //! `out/summary.json`, and prints the `stansummary` table; `my_model --help` lists the commands
 //! and `my_model fit --help` their flags. A data file that does not fit the model's data block is
@@ -59,7 +59,7 @@ struct ModelCli {
 #[derive(Subcommand, Debug)]
 enum ModelCommand {
     /// Fit the model to its data (--data FILE.json) by parvi's default path or any --method;
-    /// writes draws.csv (CmdStan's format, generated quantities included), summary.csv and
+    /// writes draws_1.csv, ... (CmdStan's format, a file per chain, generated quantities included), summary.csv and
     /// summary.json to --out.
     Fit(Box<ModelFitArgs>),
     /// The posterior mode (CmdStan's optimize: without the Jacobian unless --jacobian), written

@@ -1,6 +1,6 @@
 //! A varying-intercept regression (model.stan beside this crate) as a model executable:
 //! `varying-intercepts fit --data data.json --out out` fits it by parvi's default path and writes
-//! draws.csv (CmdStan's format, with the generated `y_rep` and `log_lik`), summary.csv and
+//! draws_1.csv, ... (CmdStan's format, a file per chain, with the generated `y_rep` and `log_lik`), summary.csv and
 //! summary.json; PSIS-LOO is printed from `log_lik`.
 
 use parvi::cli::model::BuildError;

@@ -32,7 +32,8 @@ pub struct SummaryRow {
     pub q50: f64,
     /// The 95% quantile.
     pub q95: f64,
-    /// Bulk ESS: of the rank-normalised split chains (MCMC only).
+    /// Bulk ESS: of the rank-normalised split chains (MCMC only; NaN for a constant, as for
+    /// MCSE, tail ESS and R-hat, as Stan prints them).
     pub ess_bulk: Option<f64>,
     /// Tail ESS: the smaller ESS of the indicators of the 5% and 95% quantiles (MCMC only).
     pub ess_tail: Option<f64>,
@@ -54,6 +55,14 @@ pub struct Summary {
     pub weighted: bool,
 }
 
+impl SummaryRow {
+    /// Whether the draws of the quantity were all equal (its R-hat and ESS are NaN, as Stan
+    /// prints them: no warning is due).
+    pub fn is_constant(&self) -> bool {
+        self.rhat.is_some_and(f64::is_nan) && self.sd == 0.0
+    }
+}
+
 impl Summary {
     /// The summary of `chains` MCMC chains: `columns[j]` holds every draw of quantity `names[j]`,
     /// chain after chain (equal lengths, at least 4 draws per chain).
@@ -66,31 +75,59 @@ impl Summary {
             ));
         }
         let per = draws / chains;
-        let rows = names
-            .iter()
-            .zip(columns)
-            .map(|(name, x)| {
-                let split: Vec<Vec<f64>> = x.chunks(per).map(<[f64]>::to_vec).collect();
-                let (mean, sd) = moments(x, None);
-                let (q5, q50, q95) = (quantile7(x, 0.05), quantile7(x, 0.5), quantile7(x, 0.95));
-                let finite = x.iter().all(|v| v.is_finite());
-                let mcmc = |v: f64| finite.then_some(v);
-                let ess_mean = ess(&halves(&split));
-                let (rhat, ess_bulk) = rank_rhat_and_bulk_ess(&split, q50);
-                SummaryRow {
+        let row = |name: &String, x: &Vec<f64>| {
+            let split: Vec<Vec<f64>> = x.chunks(per).map(<[f64]>::to_vec).collect();
+            let (mean, sd) = moments(x, None);
+            let (q5, q50, q95) = (quantile7(x, 0.05), quantile7(x, 0.5), quantile7(x, 0.95));
+            let finite = x.iter().all(|v| v.is_finite());
+            let mcmc = |v: f64| finite.then_some(v);
+            // A constant (transformed data reported as an output, say) has no Monte Carlo
+            // error to estimate: NaN MCSE, ESS and R-hat, as Stan prints them.
+            if x.iter().all(|v| v.to_bits() == x[0].to_bits()) {
+                let nan = Some(f64::NAN);
+                return SummaryRow {
                     name: name.clone(),
-                    mean,
-                    mcse: mcmc(sd / ess_mean.sqrt()),
-                    sd,
+                    mean: x[0],
+                    mcse: nan,
+                    sd: 0.0,
                     q5,
                     q50,
                     q95,
-                    ess_bulk: mcmc(ess_bulk),
-                    ess_tail: mcmc(tail_ess(&split, q5, q95)),
-                    rhat: mcmc(rhat),
-                }
-            })
-            .collect();
+                    ess_bulk: nan,
+                    ess_tail: nan,
+                    rhat: nan,
+                };
+            }
+            let ess_mean = ess(&halves(&split));
+            let (rhat, ess_bulk) = rank_rhat_and_bulk_ess(&split, q50);
+            SummaryRow {
+                name: name.clone(),
+                mean,
+                mcse: mcmc(sd / ess_mean.sqrt()),
+                sd,
+                q5,
+                q50,
+                q95,
+                ess_bulk: mcmc(ess_bulk),
+                ess_tail: mcmc(tail_ess(&split, q5, q95)),
+                rhat: mcmc(rhat),
+            }
+        };
+        // Each quantity's row on its own: the quantities shared among the cores (the ranking
+        // behind R-hat and the ESS is most of a summary's time on thousands of quantities).
+        let threads = std::thread::available_parallelism().map_or(1, usize::from).min(names.len()).max(1);
+        let share = names.len().div_ceil(threads);
+        let rows: Vec<SummaryRow> = std::thread::scope(|scope| {
+            let workers: Vec<_> = names
+                .chunks(share)
+                .zip(columns.chunks(share))
+                .map(|(names, columns)| {
+                    let row = &row;
+                    scope.spawn(move || names.iter().zip(columns).map(|(n, x)| row(n, x)).collect::<Vec<_>>())
+                })
+                .collect();
+            workers.into_iter().flat_map(|w| w.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+        });
         Ok(Self { rows, chains: Some(chains), draws, weighted: false })
     }
 
@@ -162,7 +199,7 @@ impl Summary {
     /// not apply.
     pub fn to_csv(&self) -> String {
         let mut out = String::from("name,Mean,MCSE,StdDev,5%,50%,95%,ESS_bulk,ESS_tail,R_hat\n");
-        let field = |v: Option<f64>| v.map_or(String::new(), |v| v.to_string());
+        let field = |v: Option<f64>| v.map_or(String::new(), |v| if v.is_nan() { "NaN".into() } else { v.to_string() });
         for r in &self.rows {
             let fields = [
                 Some(r.mean),

@@ -242,7 +242,7 @@ impl Default for FitConfig {
 ///     let sigma: Vec<f64> = draws.column("sigma").expect("kidscore_momiq has sigma");
 ///     println!("sigma's mean: {}", sigma.iter().sum::<f64>() / sigma.len() as f64);
 ///     let run = RunInfo { model: model.model_name().into(), method: "svgd".into(), seed: config.seed, ..RunInfo::default() };
-///     draws.write_csv("draws.csv".as_ref(), &run)?;
+///     draws.write_files(".".as_ref(), "draws", &run)?; // draws_1.csv, ...: a file per chain
 ///     Ok(())
 /// }
 /// ```

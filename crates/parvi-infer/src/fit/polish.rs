@@ -99,9 +99,12 @@ pub(super) fn polish(
             match taken {
                 Some((nuts, warnings)) => {
                     findings.extend(warnings.into_iter().map(Finding::answer));
-                    // NUTS ran inside the kernel's run, whose seconds count it already.
+                    // NUTS ran inside the kernel's run, whose seconds count it already: the
+                    // kernel's own are the rest, and the two add up to the run's.
                     let seconds = run.report.seconds;
-                    let mut nuts = after(nuts, run.report);
+                    let mut before = run.report;
+                    before.seconds = (seconds - nuts.report.seconds).max(0.0);
+                    let mut nuts = after(nuts, before);
                     nuts.report.seconds = seconds;
                     nuts
                 }
