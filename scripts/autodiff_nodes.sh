@@ -4,7 +4,7 @@
 # one-position score of `examples/posteriordb_speed`, counted by gdb as the difference between
 # runs of 1 + REPEATS (default 100) and 1 extra scores, divided by REPEATS. On a small model the cost of a score is mostly
 # per-node graph bookkeeping, so this count is what a cut of the per-call cost cuts
-# (docs/posteriordb.md, "Fewer autodiff nodes a score").
+# (docs/posteriordb.md at 8a480ca, "Fewer autodiff nodes a score").
 #
 # `COUNT=allocations` counts heap allocations a score instead (mimalloc's `mi_malloc_aligned` and
 # `mi_zalloc_aligned`, which every operation's output and every graph node take): it sees the

@@ -11,7 +11,7 @@ use parvi_infer::{AdapterConfig, EngineSpec, FitConfig, KernelConfig, MethodConf
 use parvi_models::Gaussian;
 
 /// A `d`-dimensional Gaussian with sds log-spaced over `[lo, hi]` and neighbours correlated
-/// `rho` (the one of docs/posteriordb.md, "The 20-d ill-conditioned Gaussian").
+/// `rho` (the one of docs/posteriordb.md, "Hard cases the tests hold").
 fn ill_conditioned(d: usize, lo: f64, hi: f64, rho: f64) -> (Vec<f64>, Vec<f64>) {
     let sd: Vec<f64> = (0..d).map(|i| lo * (hi / lo).powf(i as f64 / (d - 1) as f64)).collect();
     let mean: Vec<f64> = (0..d).map(|i| (i as f64 * 0.7).sin() * 3.0).collect();
@@ -100,7 +100,7 @@ fn funnel_with_defaults_is_right_and_flagged() {
     assert!(r.path.iter().any(|p| p.name == "nuts" && p.outcome.contains("dropped")), "{:#?}", r.path);
 }
 
-/// The 10-d funnel with every default, for docs/posteriordb.md ("Neal's funnel"):
+/// The 10-d funnel with every default, for docs/posteriordb.md ("Hard cases the tests hold"):
 /// `cargo test --release --features wgpu,mpi -p parvi-infer --test defaults -- --ignored --nocapture`.
 #[test]
 #[ignore]

@@ -108,7 +108,7 @@ fn recovers_a_20d_ill_conditioned_gaussian() {
     let ratios: Vec<f64> = (0..d).map(|j| (c[j * d + j] / cov[j * d + j]).sqrt()).collect();
     let errors: Vec<f64> = (0..d).map(|j| (m[j] - mean[j]) / cov[j * d + j].sqrt()).collect();
     eprintln!("20-d: k-hat {:.3}, sd ratios {ratios:.2?}, mean errors (sd) {errors:.2?}", fit.pareto_k);
-    // What Pathfinder does here (docs/posteriordb.md, "Pathfinder"): with a history of 6 pairs
+    // What Pathfinder does here (docs/posteriordb.md at 8a480ca, "Pathfinder"): with a history of 6 pairs
     // in 20 dimensions the L-BFGS normal is not the target (ELBO 1.7 to 3.4 nats below it; the
     // flattest direction's sd a third of the truth in one path) and k-hat is near 0.7, so the
     // resampled draws are within 0.3 sd in mean and 25% in sd, not within Monte Carlo error.
@@ -334,7 +334,7 @@ fn the_engine_through_fit() {
     assert!(err.to_string().contains("pathfinder.history"), "{err}");
 }
 
-/// The measurements of docs/posteriordb.md's "Pathfinder" section (minutes of no test's time:
+/// The measurements of "Pathfinder" section of docs/posteriordb.md at 8a480ca (minutes of no test's time:
 /// run by hand with `-- --ignored --nocapture measurements_for_the_docs`).
 #[test]
 #[ignore]

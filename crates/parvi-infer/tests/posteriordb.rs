@@ -10,7 +10,7 @@
 //!   coordinates inflates variances by about eps / 4: 0.2).
 //! - eight_schools' `tau` has a long right tail that particle sets of 100 misplace (SVGD and its
 //!   speed-ups put a few particles far out: tau's mean is off by 1 to 2 sd, documented in
-//!   docs/posteriordb.md); there the tolerance is on the eight `theta` and `mu`, and `tau` is
+//!   docs/posteriordb.md at 8a480ca); there the tolerance is on the eight `theta` and `mu`, and `tau` is
 //!   reported, not asserted. GF-SVGD and MMD-FW do not apply there (surrogate too far from a
 //!   funnel; the greedy set collapses): the test asserts that their run says so.
 //!

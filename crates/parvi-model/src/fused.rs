@@ -136,7 +136,7 @@ pub enum ScalarDensity {
 }
 
 /// `density`'s log density at every element of `x`, as one autodiff node (the elementwise form
-/// records three to seven: docs/posteriordb.md, "Fewer autodiff nodes a score"). The positive
+/// records three to seven: docs/posteriordb.md at 8a480ca, "Fewer autodiff nodes a score"). The positive
 /// densities read `x` clamped to the smallest positive `f32`: the caller masks `x <= 0` to
 /// `-inf` (whose gradient the mask zeroes).
 pub fn scalar_log_density<const D: usize>(x: Tensor<D>, density: ScalarDensity) -> Tensor<D> {

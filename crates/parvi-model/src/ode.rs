@@ -227,7 +227,7 @@ where
 /// many steps. Where `f` closes over no tracked tensor the solve runs on host `f64` buffers
 /// ([`HostRosenbrock23`]: the Jacobian by two batched calls of `f` per accepted step), with the
 /// forward sensitivities beside it where `y0` or `theta` is tracked (module docs;
-/// docs/posteriordb.md, "The stiff solver's sensitivities on the host"), without them for a
+/// docs/posteriordb.md at 8a480ca, "The stiff solver's sensitivities on the host"), without them for a
 /// value-only solve (generated quantities); an `f` that closes over tracked tensors is taped
 /// through the steps (`S + 1` calls of `f` for each Jacobian).
 pub fn ode_stiff<F>(
@@ -665,7 +665,7 @@ struct Wrt {
 /// The solver's own arithmetic (stages, sensitivities, error norm) runs on host buffers in
 /// `f64`, all particles in one flat loop, so that a Runge-Kutta stage is one batched call of `f`
 /// instead of dozens of small tensor operations and a backward pass, whose fixed costs in burn
-/// dominated an ODE fit (docs/posteriordb.md, "The ODE's gradient without autodiff").
+/// dominated an ODE fit (docs/posteriordb.md at 8a480ca, "The ODE's gradient without autodiff").
 ///
 /// Accuracy: each direction is scaled so that no coordinate moves by more than `delta` of its
 /// size (`|y_i|` floored at `abs_tol / rel_tol`, the error weights' switch point; `|theta_j|`
@@ -1245,7 +1245,7 @@ impl<F: Fn(f64, Tensor<2>, &Tensor<2>) -> Tensor<2>> Method for HostRosenbrock23
 /// Per particle, the inverse of `diag I - scale J` (`J` `[n, S, S]`), `[n, S, S]`, from its
 /// [`lu_factor`]; NaN where it is singular (that particle's stages are NaN and its step fails).
 /// An explicit inverse because every attempt solves with it `3 (1 + Q)` times (each stage's
-/// state and sensitivity columns): a small matrix product each (docs/posteriordb.md, "The stage
+/// state and sensitivity columns): a small matrix product each (docs/posteriordb.md at 8a480ca, "The stage
 /// solves by explicit inverses").
 fn invert_stage_matrices(jac: &[f64], n: usize, s: usize, diag: f64, scale: f64) -> Vec<f64> {
     let mut inverses = vec![f64::NAN; n * s * s];

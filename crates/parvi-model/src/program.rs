@@ -514,7 +514,7 @@ fn poisson(rate: f64, rng: &mut dyn Rng) -> Result<f64, String> {
 /// The terms are kept as they come, `[n, k]` each, and summed once, in [`Target::value`]: one
 /// `cat` and one row sum for the whole program. Summing each term into a running total cost
 /// three autodiff nodes a `+=` (a row sum, a reshape, an add), and on a small model each node's
-/// graph bookkeeping, not its arithmetic, is the cost (docs/posteriordb.md, "Fewer autodiff
+/// graph bookkeeping, not its arithmetic, is the cost (docs/posteriordb.md at 8a480ca, "Fewer autodiff
 /// nodes a score").
 #[derive(Debug)]
 pub struct Target {

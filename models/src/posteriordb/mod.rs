@@ -17,8 +17,8 @@ mod reference;
 mod accel_gp;
 mod accel_splines;
 mod ark;
-mod bym2;
 mod bones;
+mod bym2;
 mod diamonds;
 mod dugongs;
 mod eight_schools;
@@ -33,13 +33,13 @@ mod hmm_stancon;
 mod loss_curves;
 mod lotka_volterra;
 mod low_dim_gauss_mix;
-mod pilots;
 mod mh;
+mod pilots;
 mod regressions;
 mod sblrc;
 mod seeds;
-mod surgical;
 mod soil_carbon;
+mod surgical;
 
 use std::path::{Path, PathBuf};
 

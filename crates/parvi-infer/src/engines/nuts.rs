@@ -6,7 +6,7 @@
 //! (dual averaging, the windowed schedule), whose windows estimate the metric as Stan does, by
 //! the draws' variance; nutpie's `sqrt(var(draws) / var(gradients))` is one option away
 //! ([`MetricEstimate::GradientScaled`]: fewer gradients on most of the suite, but wrong on a
-//! stochastic-volatility model; docs/posteriordb.md, "A gradient-scaled NUTS metric" and
+//! stochastic-volatility model; docs/posteriordb.md at 8a480ca, "A gradient-scaled NUTS metric" and
 //! "Stan's metric is NUTS's default again").
 //!
 //! Every chain builds its own tree, with its own random stream. The chains may be split over
@@ -73,7 +73,7 @@ pub enum MetricEstimate {
     /// gradients' spread brings in the conditional scale, which the trajectory length depends on.
     /// Fewer gradients on most posteriordb posteriors, but on the stochastic-volatility model of
     /// `parvi_models::stan_users` its chains passed R-hat and ESS with the AR coefficient's sd
-    /// off: not the default (docs/posteriordb.md).
+    /// off: not the default (docs/posteriordb.md at 8a480ca).
     GradientScaled,
 }
 
@@ -88,7 +88,7 @@ pub struct NutsConfig {
     /// one: burn's autodiff registers every operation of every thread in one graph behind a
     /// mutex, and the flex backend already spreads a large operation over the cores, so more
     /// threads made each call slower than one thread's call with all the rows (measured in
-    /// docs/posteriordb.md, "One thread").
+    /// docs/posteriordb.md at 8a480ca, "One thread").
     pub threads: usize,
     /// Warm-up iterations per chain (adaptation; not kept).
     pub warmup: usize,

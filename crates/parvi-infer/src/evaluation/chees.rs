@@ -15,7 +15,7 @@
 //! - the trajectory length `T` maximises the ChEES criterion (eq. 4 of the paper: the change of
 //!   the centred second moment, `E[(|u' - E u'|^2 - |u - E u|^2)^2] / 4`) per leapfrog step,
 //!   `ChEES / T`, where the paper maximises ChEES itself: the polish step pays per gradient and
-//!   its R-hat needs a number of iterations whatever their length (docs/posteriordb.md, "ChEES
+//!   its R-hat needs a number of iterations whatever their length (docs/posteriordb.md at 8a480ca, "ChEES
 //!   per gradient"). ChEES's gradient in `log T` per chain is (eq. 7) `t (|u' - m'|^2 - |u -
 //!   m|^2) (u' - m') . p'`, `t` the jittered length, `m, m'` the chains' means; that of
 //!   `log(ChEES / T)` is `G / ChEES - 1`, `G` its acceptance-weighted average over the chains

@@ -35,7 +35,7 @@
 //! (79 on gp_pois_regr), so it spends 2 to 10 times MALA's gradients where MALA mixes (garch,
 //! hmm_example, kidiq, logearn_interaction) and wins where it does not (eight_schools: 2.9 times
 //! fewer; gp_pois_regr, where autoMALA ends at its budget 0.11 sd off: R-hat 1.016 and 0.02 sd);
-//! docs/posteriordb.md, "ChEES-HMC in the polish step" (measured before ChEES's length
+//! docs/posteriordb.md at 8a480ca, "ChEES-HMC in the polish step" (measured before ChEES's length
 //! maximised its criterion per leapfrog step: "ChEES per gradient").
 //!
 //! Where even those do not mix (the latent states of an item-response or a stochastic-volatility
@@ -44,7 +44,7 @@
 //! closure once ([`crate::fit`] fills it with NUTS, an engine this module does not import). NUTS
 //! takes them where its draws mix better (met the rule, or a lower R-hat and a higher ESS); on a
 //! funnel they do not (its divergences at the neck), and the kernel goes on to its budget
-//! (docs/posteriordb.md, "The latent-variable acceptance models through the default path").
+//! (docs/posteriordb.md at 8a480ca, "The latent-variable acceptance models through the default path").
 //!
 //! One convergence rule: the stop watches the same statistics the summary prints, on the same
 //! draws ([`polish_reported`]): the rank-normalised split R-hat (the larger of the draws' and of
@@ -67,7 +67,7 @@ use crate::{EngineRng, InferError, Particles};
 /// Draws kept per chain before the trace is thinned by half. With the default 100 chains that is
 /// 12,500 to 25,000 draws: ESS >= 400 needs far fewer, and every look at the stopping rule ranks
 /// all kept draws of every watched quantity, so the looks' cost grows with this
-/// (docs/posteriordb.md, "The default path against Stan's NUTS").
+/// (docs/posteriordb.md at 8a480ca, "The default path against Stan's NUTS").
 pub const MAX_KEPT: usize = 250;
 /// Steps after the warm-up over which each chain's MALA acceptance is averaged to see stuck chains.
 pub const PROBE_STEPS: usize = 50;
@@ -79,7 +79,7 @@ pub const STUCK_SHARE: f64 = 0.05;
 /// MALA steps after which [`PolishKernel::Auto`] hands chains that have not yet met the
 /// stopping rule to ChEES-HMC: where MALA mixes it stops well before, and past that it is
 /// MALA's random walk on a hierarchical or latent scale, which ChEES's trajectories cross in
-/// fewer gradients (measured per posterior in docs/posteriordb.md).
+/// fewer gradients (measured per posterior in docs/posteriordb.md at 8a480ca).
 pub const CHEES_AFTER: usize = 1000;
 /// MALA steps from which the looks project the steps the stopping rule needs
 /// ([`projected_steps`]): the first look's (`check_every`'s default), the chains having run the
@@ -88,7 +88,7 @@ pub const PROJECT_FROM: usize = 50;
 /// Projected MALA steps beyond which [`PolishKernel::Auto`] hands the chains to ChEES-HMC at
 /// once rather than at [`CHEES_AFTER`]: twice that, since ChEES spends 2 to 3 times MALA's
 /// gradients where MALA mixes within it; on the suite it separates the posteriors MALA mixes
-/// from eight_schools with room on both sides (docs/posteriordb.md, "MALA to ChEES on R-hat's
+/// from eight_schools with room on both sides (docs/posteriordb.md at 8a480ca, "MALA to ChEES on R-hat's
 /// projection").
 pub const CHEES_PROJECTED: usize = 2 * CHEES_AFTER;
 /// Gradients per chain of autoMALA's or ChEES's kept steps after which [`PolishKernel::Auto`]
@@ -126,7 +126,7 @@ pub enum PolishKernel {
 ///
 /// The default is every run: on the posteriordb suite the stationarity check cannot see sds 12%
 /// small in 4-dimensional posteriors at 100 particles (garch, hmm_example), so polishing only
-/// flagged runs leaves those quietly outside 10% (docs/posteriordb.md, "SVGD with every
+/// flagged runs leaves those quietly outside 10% (docs/posteriordb.md at 8a480ca, "SVGD with every
 /// default").
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -11,7 +11,7 @@
 //! least 10 per dimension, up to [`DENSE_MAX_DIM`] dimensions), NUTS runs in the frame of their
 //! regularised covariance `x = m + L u` instead, so its diagonal adaptation there is a dense
 //! metric for the target (Stan's `dense_e`), which a whitening by the Hessian's diagonal alone
-//! leaves correlated (docs/posteriordb.md, accel_gp).
+//! leaves correlated (docs/posteriordb.md at 8a480ca, accel_gp).
 //!
 //! Where no such frame applies (more dimensions, too few draws), the frame the engine ran in is
 //! verified, not trusted (issue 59): a Laplace mode far from the posterior's mass (group scales

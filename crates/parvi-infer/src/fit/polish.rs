@@ -70,7 +70,7 @@ pub(super) fn polish(
         // `auto` offers chains far from mixed (R-hat above HOPELESS_RHAT) to NUTS once; it takes
         // them where it mixes better (on a funnel it does not, and autoMALA goes on); chains that
         // end their budget that far from mixed without the offer get NUTS after. Chains nearly
-        // mixed at the budget are not worth NUTS's 4 x 2,000 iterations (docs/posteriordb.md,
+        // mixed at the budget are not worth NUTS's 4 x 2,000 iterations (docs/posteriordb.md at 8a480ca,
         // the latent-variable models: gp_pois_regr).
         let offered = p.kernel == PolishKernel::Auto;
         let (mut taken, mut tried) = (None, false);
