@@ -19,7 +19,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use parvi_infer::evaluation::{PolishConfig, PolishKernel};
+use parvi_infer::samplers::{PolishConfig, PolishKernel};
 use parvi_infer::{AdapterConfig, EngineSpec, FitConfig, KernelConfig, MethodConfig, NutsFrame, fit_reported};
 use parvi_model::BackendKind;
 use parvi_model::burn::tensor::Tensor;

@@ -195,7 +195,7 @@ fn table(comments: Vec<String>, leading: &[&str], lead: &[f64], names: &[String]
 }
 
 /// Settings of [`optimize`].
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct OptimizeConfig {
     /// The MAP in the unconstrained space (the constraints' log-Jacobians included); `false`
     /// (CmdStan's default, `jacobian=0`): the mode of the constrained parameters' density.
@@ -204,12 +204,6 @@ pub struct OptimizeConfig {
     pub seed: u64,
     /// The mode search (its starts, Adam's and Newton's steps).
     pub search: LaplaceConfig,
-}
-
-impl Default for OptimizeConfig {
-    fn default() -> Self {
-        Self { jacobian: false, seed: 0, search: LaplaceConfig::default() }
-    }
 }
 
 /// The posterior mode [`optimize`] found.
@@ -451,7 +445,7 @@ pub fn generate_quantities(
         let number = |key: &str| csv.config(key).and_then(|v| v.parse::<u64>().ok());
         let seed = config.seed.or_else(|| number("seed")).unwrap_or(0);
         // parvi's single file of several chains, chain after chain; else one chain.
-        let chains = number("parvi_chains").filter(|&c| c > 1 && rows as u64 % c == 0).unwrap_or(1);
+        let chains = number("parvi_chains").filter(|&c| c > 1 && (rows as u64).is_multiple_of(c)).unwrap_or(1);
         let first_chain = number("id").unwrap_or(next_chain);
         next_chain = first_chain + chains;
         let per = rows / chains as usize;

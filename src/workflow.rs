@@ -27,7 +27,8 @@ use std::path::Path;
 
 use burn::tensor::{Device, Tensor};
 use parvi_infer::engines::ChainReport;
-use parvi_infer::evaluation::{Loo, Polish, PolishWhen, Summary};
+use parvi_infer::evaluation::{Loo, Summary};
+use parvi_infer::samplers::{Polish, PolishWhen};
 use parvi_infer::{EngineSpec, FitConfig, FitResult, InferError, MethodConfig, RunError};
 use parvi_model::program::StanModel;
 use parvi_models::cmdstan::{ChainRecord, CmdStanError, Draws, RunInfo, chain_files, thinning, write_atomic};

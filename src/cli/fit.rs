@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use parvi_infer::CheckpointPolicy;
-use parvi_infer::evaluation::{PolishWhen, Summary};
+use parvi_infer::evaluation::Summary;
+use parvi_infer::samplers::PolishWhen;
 use parvi_infer::{FitConfig, MethodConfig, Particles, Precondition, RunError, RunLabel, core::Checkpoint};
 use parvi_model::program::StanModel;
 use parvi_model::{BackendKind, LogDensity};
@@ -287,7 +288,7 @@ pub struct FitSummary {
     /// The polish step (its kernel, steps, final R-hat and ESS, seconds); absent where it did
     /// not run.
     #[serde(default)]
-    pub polish: Option<parvi_infer::evaluation::Polish>,
+    pub polish: Option<parvi_infer::samplers::Polish>,
     /// Convergence warnings (empty when the diagnostics passed).
     pub warnings: Vec<String>,
     /// The phases the run took (`parvi_infer::FitResult::path`): what each did, what came of it,
@@ -876,8 +877,8 @@ pub(crate) fn polish_config(
     no_polish: bool,
     steps: Option<usize>,
     kernel: Option<&str>,
-) -> Result<Option<parvi_infer::evaluation::PolishConfig>> {
-    use parvi_infer::evaluation::{PolishConfig, PolishKernel};
+) -> Result<Option<parvi_infer::samplers::PolishConfig>> {
+    use parvi_infer::samplers::{PolishConfig, PolishKernel};
     if polish && no_polish {
         bail!("invalid settings `--polish` and `--no-polish`: give one of them");
     }

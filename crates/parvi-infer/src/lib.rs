@@ -23,6 +23,7 @@ pub mod kernels;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 pub mod registry;
+pub mod samplers;
 
 pub use crate::core::{
     AdapterConfig, BatchOrder, BatchStream, Callback, CheckpointPolicy, Direction, DirectionEngine, Engine, EngineRng,

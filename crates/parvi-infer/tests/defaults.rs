@@ -86,7 +86,7 @@ fn default_fit_gets_the_variances_of_a_20d_ill_conditioned_gaussian_within_10_pe
 /// and was dropped, with a warning: autoMALA's draws stand.
 #[test]
 fn funnel_with_defaults_is_right_and_flagged() {
-    use parvi_infer::evaluation::PolishKernel;
+    use parvi_infer::samplers::PolishKernel;
     let device = flex();
     let r = fit(&Funnel { k: 9 }, &default_svgd(), &FitConfig::default(), &mut [], &device).unwrap();
     let v: Vec<f64> = r.draws.to_rows().iter().map(|r| r[0] as f64).collect();
@@ -105,7 +105,7 @@ fn funnel_with_defaults_is_right_and_flagged() {
 #[test]
 #[ignore]
 fn funnel_with_defaults_for_the_docs() {
-    use parvi_infer::evaluation::{PolishConfig, PolishKernel, PolishWhen};
+    use parvi_infer::samplers::{PolishConfig, PolishKernel, PolishWhen};
     let device = flex();
     let funnel = Funnel { k: 9 };
     for (what, polish) in [

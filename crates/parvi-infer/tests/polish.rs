@@ -5,9 +5,8 @@
 mod common;
 
 use common::*;
-use parvi_infer::evaluation::{
-    CHEES_AFTER, PROJECT_FROM, Polish, PolishConfig, PolishKernel, Summary, bulk_ess, polish,
-};
+use parvi_infer::evaluation::{Summary, bulk_ess};
+use parvi_infer::samplers::{CHEES_AFTER, PROJECT_FROM, Polish, PolishConfig, PolishKernel, polish};
 use parvi_infer::{
     AdapterConfig, EngineRng, EngineSpec, FitConfig, KernelConfig, MethodConfig, Particles, fit, fit_reported,
 };

@@ -34,7 +34,7 @@ impl PoissonCounts {
         // transformed data: computed here, once.
         let x_mean = x.iter().sum::<f64>() / n as f64;
         let x_sd = (x.iter().map(|v| (v - x_mean).powi(2)).sum::<f64>() / (n as f64 - 1.0)).sqrt();
-        if !(x_sd > 0.0) {
+        if x_sd.is_nan() || x_sd <= 0.0 {
             return Err(data
                 .invalid("x", None, "has no spread (sd 0): the standardised predictor is undefined")
                 .into());

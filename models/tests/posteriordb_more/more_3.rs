@@ -1034,9 +1034,12 @@ fn losscurve_nuts_matches_the_reference() {
     let result = fit(&model, &spec, &config, &mut [], &device).unwrap();
     let chains = result.chains.unwrap();
     let rows = result.draws.len();
-    let reported = to_vec_f64(&model.reported(result.draws.positions.clone()));
-    let width = model.param_names().len();
-    let selected = reference.select(&reported, width);
+    // The reference's columns are the model's compared quantities (reported, then generated);
+    // the generated ones (posterior predictive draws) are left out below.
+    let compared = to_vec_f64(&model.compared(result.draws.positions.clone(), 5).unwrap());
+    let width = model.compared_names().len();
+    let selected = reference.select(&compared, width);
+    let reported_names = model.param_names();
     let params = reference.names().len();
     let per_chain = rows / chains;
     // Draws are snapshot-major: row `s * chains + c`.
@@ -1045,6 +1048,9 @@ fn losscurve_nuts_matches_the_reference() {
     };
     let reference_ess = 3600.0;
     for (j, name) in reference.names().iter().enumerate() {
+        if !reported_names.contains(name) {
+            continue;
+        }
         let chains_j = column(j);
         let all: Vec<f64> = chains_j.iter().flatten().copied().collect();
         let mean = all.iter().sum::<f64>() / all.len() as f64;

@@ -8,7 +8,6 @@ mod function_space;
 mod gradient_free;
 mod greedy;
 mod mk_svgd;
-pub mod nuts;
 pub mod pathfinder;
 mod sgld;
 mod speedup;
@@ -25,7 +24,8 @@ pub use mk_svgd::{
     DEFAULT_LOG2_MAX, DEFAULT_LOG2_MIN, MkSvgd, MkSvgdConfig, describe_papers_grid, kernel_weights,
     rbf_bandwidth_of_papers_h,
 };
-pub use nuts::{ChainReport, MetricEstimate, Nuts, NutsConfig, NutsInit, NutsRun, nuts};
+// NUTS is a sampler of `crate::samplers` and an engine here (`--method nuts`).
+pub use crate::samplers::nuts::{self, ChainReport, MetricEstimate, Nuts, NutsConfig, NutsInit, NutsRun, nuts};
 pub use pathfinder::{Pathfinder, PathfinderConfig, PathfinderFit};
 pub use sgld::{NoiseCovariance, RepulsiveSgldConfig, Sgld, SgldConfig, batched_repulsion};
 pub use speedup::*;

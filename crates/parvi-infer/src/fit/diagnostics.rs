@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use super::check::{checked, stationarity_warning};
 use super::path::Phase;
-use crate::evaluation::{Polish, PolishKernel, Stationarity, StationarityConfig};
+use crate::evaluation::{Stationarity, StationarityConfig};
+use crate::samplers::{Polish, PolishKernel};
 use crate::{InferError, Laplace, Particles};
 
 /// Whether a run converged, by the diagnostic that fits its engine, and what to warn about.
@@ -91,7 +92,7 @@ impl Diagnostics {
     /// Whether the particle set, as the diagnostics found it so far, is flagged: the stationarity
     /// check rejected it or could not judge it, its moments still drift, its kernel Stein
     /// discrepancy rose, or a warning (the engine's own, a check that failed) was raised. What
-    /// [`crate::evaluation::PolishWhen::Flagged`] polishes.
+    /// [`crate::samplers::PolishWhen::Flagged`] polishes.
     pub fn particles_flagged(&self) -> bool {
         let stationarity = self.stationarity.as_ref().is_some_and(|s| s.rejected() || s.inconclusive);
         let drifting = self.drift.is_some_and(|m| m.is_nan() || m > MAX_DRIFT);

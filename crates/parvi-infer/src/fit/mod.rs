@@ -24,7 +24,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::{Checkpoint, Collective};
 use crate::engines::pathfinder::{PathfinderConfig, PathfinderFit};
-use crate::evaluation::{PolishConfig, PolishWhen, StationarityConfig};
+use crate::evaluation::StationarityConfig;
+use crate::samplers::{PolishConfig, PolishWhen};
 use crate::{
     Callback, CheckpointPolicy, EngineRng, EngineSpec, InferError, Laplace, LaplaceConfig, Particles, RunError,
     RunLabel,
@@ -70,7 +71,7 @@ pub enum Precondition {
 pub enum NutsFrame {
     /// In the model's own coordinates where the draws before NUTS (the chains it takes over,
     /// else the check's) have a correlation condition number smaller than in the frame by more
-    /// than sampling noise explains ([`crate::evaluation::FrameChoice::evidence_picks_own`]);
+    /// than sampling noise explains ([`crate::samplers::FrameChoice::evidence_picks_own`]);
     /// else in the frame.
     #[default]
     Evidence,
@@ -162,10 +163,10 @@ pub struct FitConfig {
     /// Overall false-alarm rate of the stationarity check for a set of exact draws (Bonferroni
     /// over the coordinates' means and sds), in `(0, 1)`.
     pub check_level: f64,
-    /// The polish step ([`crate::evaluation::polish`]): continue the stationarity check's MALA
+    /// The polish step ([`crate::samplers::polish`]): continue the stationarity check's MALA
     /// chains from the final particles until split R-hat and bulk ESS meet its thresholds (or its
     /// budget), and return their draws as [`FitResult::draws`]. By default after every particle
-    /// engine's run ([`crate::evaluation::PolishWhen`]: or only where the diagnostics flag the
+    /// engine's run ([`crate::samplers::PolishWhen`]: or only where the diagnostics flag the
     /// particles); `None` never.
     pub polish: Option<PolishConfig>,
     /// Where the polish step's NUTS runs: by default in the frame or in the model's own

@@ -30,7 +30,7 @@ use parvi_model::tensor_ops::{matrix_from_vec, to_vec_f32};
 use parvi_model::linalg::host::Cholesky;
 
 use crate::engines::{NutsConfig, NutsInit, nuts};
-use crate::evaluation::{
+use crate::samplers::{
     DENSE_MAX_DIM, FrameChoice, NUTS_CHAINS, Polish, PolishConfig, PolishKernel, Polished, chains_statistic,
     regularised_covariance,
 };

@@ -10,7 +10,8 @@ use super::path::{Counted, Phase};
 use super::precondition::Frame;
 use super::{FitConfig, SettleConfig};
 use crate::core::RunOutcome;
-use crate::evaluation::{PolishWhen, Statistic, ksd_squared};
+use crate::evaluation::{Statistic, ksd_squared};
+use crate::samplers::PolishWhen;
 use crate::{Callback, EngineRng, EngineSpec, InferError, Particles, Rbf, RunConfig, RunError, Runner};
 
 /// What the particle run left.

@@ -1,5 +1,5 @@
 //! The polish step's driver: MCMC chains from the stationarity check's (MALA, autoMALA where
-//! chains stick, ChEES-HMC; [`crate::evaluation::polish`]) until the reported quantities' split
+//! chains stick, ChEES-HMC; [`crate::samplers::polish`]) until the reported quantities' split
 //! R-hat and bulk ESS pass, with NUTS ([`nuts_polish`]) taking over chains left far from mixed.
 //! Its draws are the answer; each kernel that ran is a phase of the path.
 
@@ -11,9 +11,8 @@ use super::nuts_polish::{OwnCoordinates, nuts_polish};
 use super::particles::ParticleRun;
 use super::path::Phase;
 use crate::InferError;
-use crate::evaluation::{
-    HOPELESS_RHAT, MalaChains, Polish, PolishConfig, PolishKernel, Polished, TakeOver, polish_offering,
-};
+use crate::evaluation::MalaChains;
+use crate::samplers::{HOPELESS_RHAT, Polish, PolishConfig, PolishKernel, Polished, TakeOver, polish_offering};
 
 /// What the polish step needs beyond its settings.
 pub(super) struct Polishing<'a> {

@@ -23,7 +23,7 @@ use burn::tensor::{Bool, Int, Tensor, TensorData};
 use parvi_model::LogDensity;
 use parvi_model::tensor_ops::to_vec_f32;
 
-use crate::evaluation::stationarity::{FailureTally, MalaState, proposal_score};
+use crate::samplers::mala::{FailureTally, MalaState, proposal_score};
 use crate::{EngineRng, InferError};
 
 /// Halvings of the base step a selection may try (a step `2^-12` of the base is far below any

@@ -39,7 +39,7 @@ use burn::tensor::{Bool, Tensor, TensorData};
 use parvi_model::LogDensity;
 use parvi_model::tensor_ops::to_vec_f32;
 
-use crate::evaluation::stationarity::{FailureTally, MalaState, proposal_score};
+use crate::samplers::mala::{FailureTally, MalaState, proposal_score};
 use crate::{EngineRng, InferError};
 
 /// The harmonic-mean acceptance probability the step size adapts to (Hoffman et al. 2021, Sec.

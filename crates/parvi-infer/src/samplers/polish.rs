@@ -57,11 +57,12 @@ use parvi_model::LogDensity;
 use parvi_model::tensor_ops::to_vec_f32;
 use serde::{Deserialize, Serialize};
 
-use crate::evaluation::auto_mala::AutoMala;
-use crate::evaluation::chees::{Chees, Metric, leapfrog_steps};
-use crate::evaluation::stationarity::{FailureTally, Mala, MalaChains, MalaState, chain_start, start_score};
+use crate::evaluation::stationarity::{MalaChains, chain_start};
 use crate::evaluation::summary::{quantile7, rank_rhat_and_bulk_ess};
 use crate::evaluation::{MIN_PARTICLES, TraceView};
+use crate::samplers::auto_mala::AutoMala;
+use crate::samplers::chees::{Chees, Metric, leapfrog_steps};
+use crate::samplers::mala::{FailureTally, Mala, MalaState, start_score};
 use crate::{EngineRng, InferError, Particles};
 
 /// Draws kept per chain before the trace is thinned by half. With the default 100 chains that is
@@ -884,7 +885,7 @@ impl<'v> Monitor<'v> {
     /// stored, and whether they pass returned. The statistics are the largest rank-normalised
     /// split R-hat (of the draws and of their distances from the median, Vehtari et al. 2021,
     /// Sec. 4.2) and the smallest bulk ESS over the watched quantities and `lp__`: the summary's
-    /// ([`super::summary`]) on the same draws; NaN counts as failing; no pass before 4 draws a
+    /// ([`crate::evaluation::Summary`]) on the same draws; NaN counts as failing; no pass before 4 draws a
     /// chain.
     ///
     /// The rule fails as soon as one quantity fails, so the quantities are ranked worst first
