@@ -7,6 +7,7 @@
 //! the workspace. Without it the tests print a note and pass, unless
 //! `PARVI_REQUIRE_POSTERIORDB=1`.
 
+use std::f64::consts::PI;
 use std::path::{Path, PathBuf};
 
 use parvi_models::posteriordb::MORE_NAMES;
@@ -96,4 +97,41 @@ impl Lcg {
     pub fn normal(&mut self) -> f64 {
         (-2.0 * self.uniform().ln()).sqrt() * (2.0 * std::f64::consts::PI * self.uniform()).cos()
     }
+}
+
+// Densities in f64, shared by the modules. Every summed term goes through `Acc`, which also
+// sums the magnitudes: the scale of the f32 rounding error of the model's evaluation.
+
+#[derive(Default, Clone, Copy, Debug)]
+struct Acc {
+    sum: f64,
+    magnitude: f64,
+}
+
+impl Acc {
+    fn add(&mut self, term: f64) {
+        self.sum += term;
+        self.magnitude += term.abs();
+    }
+}
+
+fn normal_lpdf(y: f64, mu: f64, sigma: f64) -> f64 {
+    -0.5 * (2.0 * PI).ln() - sigma.ln() - 0.5 * ((y - mu) / sigma).powi(2)
+}
+
+fn cauchy_lpdf(y: f64, mu: f64, sigma: f64) -> f64 {
+    -PI.ln() - sigma.ln() - ((y - mu) / sigma).powi(2).ln_1p()
+}
+
+fn sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+fn logit(p: f64) -> f64 {
+    (p / (1.0 - p)).ln()
+}
+
+/// A point as the f32 model sees it, back in f64.
+fn as_f32(p: &[f64]) -> Vec<f64> {
+    p.iter().map(|&v| f64::from(v as f32)).collect()
 }

@@ -19,7 +19,6 @@
 //!   naming an unknown model.
 
 use std::collections::BTreeMap;
-use std::f64::consts::PI;
 use std::path::Path;
 
 use parvi_infer::EngineRng;
@@ -31,7 +30,9 @@ use parvi_models::posteriordb::{self, PosteriorDbError, PosteriorDbModel};
 use serde_json::Value;
 
 use super::common::{flex, host_rows, matrix};
-use super::{Lcg, more_suite, read_json, reference_ess, reference_moments, reference_rows};
+use super::{
+    Acc, Lcg, as_f32, cauchy_lpdf, more_suite, normal_lpdf, read_json, reference_ess, reference_moments, reference_rows,
+};
 
 /// An edit of a posterior's `data.json`, for the bad-data cases.
 type DataEdit = Box<dyn FnOnce(&mut serde_json::Map<String, Value>)>;
@@ -49,27 +50,6 @@ const POSTERIORS: [&str; 6] = [
 // ---------------------------------------------------------------------------------------------
 // Densities in f64. Every summed term goes through `Acc`, which also sums the magnitudes: the
 // scale of the f32 rounding error of the model's evaluation.
-
-#[derive(Default, Clone, Copy, Debug)]
-struct Acc {
-    sum: f64,
-    magnitude: f64,
-}
-
-impl Acc {
-    fn add(&mut self, term: f64) {
-        self.sum += term;
-        self.magnitude += term.abs();
-    }
-}
-
-fn normal_lpdf(y: f64, mu: f64, sigma: f64) -> f64 {
-    -0.5 * (2.0 * PI).ln() - sigma.ln() - 0.5 * ((y - mu) / sigma).powi(2)
-}
-
-fn cauchy_lpdf(y: f64, mu: f64, sigma: f64) -> f64 {
-    -PI.ln() - sigma.ln() - ((y - mu) / sigma).powi(2).ln_1p()
-}
 
 /// Up to a constant in `y` (shape and rate fixed).
 fn gamma_lpdf(y: f64, alpha: f64, beta: f64) -> f64 {
@@ -402,11 +382,6 @@ impl Direct {
 
 fn load(dir: &Path, posterior: &str) -> PosteriorDbModel {
     posteriordb::load_folder(&dir.join(posterior), &flex()).unwrap_or_else(|e| panic!("{posterior}: {e}"))
-}
-
-/// A point as the f32 model sees it, back in f64.
-fn as_f32(p: &[f64]) -> Vec<f64> {
-    p.iter().map(|&v| f64::from(v as f32)).collect()
 }
 
 /// Points to compare at: four reference draws, unconstrained, and three moved off them by 0.3

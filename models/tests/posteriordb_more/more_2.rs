@@ -26,6 +26,7 @@ use parvi_models::posteriordb::{self, PosteriorDbModel, ReferenceDraws};
 use serde_json::Value;
 
 use super::common::{flex, host_rows, matrix};
+use super::{Acc, Lcg, as_f32, logit, normal_lpdf, sigmoid};
 
 const ELECTION88: &str = "election88-election88_full";
 const HIER_2PL: &str = "sat-hier_2pl";
@@ -45,43 +46,12 @@ fn load(folder: &str, dir: &Path) -> PosteriorDbModel {
     posteriordb::load(folder, dir, &flex()).unwrap_or_else(|e| panic!("{folder}: {e}"))
 }
 
-/// A point as the f32 model sees it, back in f64.
-fn as_f32(p: &[f64]) -> Vec<f64> {
-    p.iter().map(|&v| f64::from(v as f32)).collect()
-}
-
 // ---------------------------------------------------------------------------------------------
 // Densities and transforms in f64.
-
-/// A log density and the summed magnitudes of its terms (the scale of the f32 model's rounding).
-#[derive(Default, Clone, Copy, Debug)]
-struct Acc {
-    sum: f64,
-    magnitude: f64,
-}
-
-impl Acc {
-    fn add(&mut self, term: f64) {
-        self.sum += term;
-        self.magnitude += term.abs();
-    }
-}
-
-fn normal_lpdf(y: f64, mu: f64, sigma: f64) -> f64 {
-    -0.5 * (2.0 * PI).ln() - sigma.ln() - 0.5 * ((y - mu) / sigma).powi(2)
-}
 
 /// Up to a constant in `y`, `mu`, `sigma` (`nu` fixed).
 fn student_t_lpdf(y: f64, nu: f64, mu: f64, sigma: f64) -> f64 {
     -sigma.ln() - 0.5 * (nu + 1.0) * (((y - mu) / sigma).powi(2) / nu).ln_1p()
-}
-
-fn sigmoid(x: f64) -> f64 {
-    1.0 / (1.0 + (-x).exp())
-}
-
-fn logit(p: f64) -> f64 {
-    (p / (1.0 - p)).ln()
 }
 
 /// `ln(1 + e^x)` without overflow.
@@ -175,19 +145,6 @@ impl StanData {
             .iter()
             .map(|r| r.as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect())
             .collect()
-    }
-}
-
-/// A small deterministic generator for test points.
-struct Lcg(u64);
-
-impl Lcg {
-    fn uniform(&mut self) -> f64 {
-        self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-        ((self.0 >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-    fn normal(&mut self) -> f64 {
-        (-2.0 * self.uniform().ln()).sqrt() * (2.0 * PI * self.uniform()).cos()
     }
 }
 

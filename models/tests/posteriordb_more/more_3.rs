@@ -11,9 +11,9 @@
 //! passed Stan's checks; soil_incubation's failed them, R-hat 1.04 and 1,033 divergences, and is
 //! not compared here; the other three have no reference yet).
 
-use std::f64::consts::PI;
 use std::path::{Path, PathBuf};
 
+use super::{Acc, Lcg, as_f32, cauchy_lpdf, logit, normal_lpdf, sigmoid};
 use parvi_infer::evaluation::ess;
 use parvi_infer::{AdapterConfig, EngineSpec, FitConfig, KernelConfig, MethodConfig, fit};
 use parvi_model::burn::tensor::{Device, Tensor, TensorData};
@@ -60,11 +60,6 @@ fn host_rows(t: &Tensor<2>) -> Vec<Vec<f64>> {
     to_vec_f32(t).chunks(cols).map(|r| r.iter().map(|&v| f64::from(v)).collect()).collect()
 }
 
-/// A point as the f32 model sees it, back in f64.
-fn as_f32(p: &[f64]) -> Vec<f64> {
-    p.iter().map(|&v| f64::from(v as f32)).collect()
-}
-
 fn load(name: &str, dir: &Path, device: &Device) -> PosteriorDbModel {
     posteriordb::load(name, dir, device).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
@@ -72,23 +67,6 @@ fn load(name: &str, dir: &Path, device: &Device) -> PosteriorDbModel {
 // ---------------------------------------------------------------------------------------------
 // f64 helpers. Every summed term goes through `Acc`, which also sums the terms' magnitudes: the
 // scale of the f32 rounding error of the model's evaluation.
-
-#[derive(Default, Clone, Copy, Debug)]
-struct Acc {
-    sum: f64,
-    magnitude: f64,
-}
-
-impl Acc {
-    fn add(&mut self, term: f64) {
-        self.sum += term;
-        self.magnitude += term.abs();
-    }
-}
-
-fn normal_lpdf(y: f64, mu: f64, sigma: f64) -> f64 {
-    -0.5 * (2.0 * PI).ln() - sigma.ln() - 0.5 * ((y - mu) / sigma).powi(2)
-}
 
 fn lognormal_lpdf(y: f64, mu: f64, sigma: f64) -> f64 {
     normal_lpdf(y.ln(), mu, sigma) - y.ln()
@@ -99,10 +77,6 @@ fn beta_lpdf(y: f64, a: f64, b: f64) -> f64 {
     (a - 1.0) * y.ln() + (b - 1.0) * (1.0 - y).ln()
 }
 
-fn cauchy_lpdf(y: f64, mu: f64, sigma: f64) -> f64 {
-    -PI.ln() - sigma.ln() - ((y - mu) / sigma).powi(2).ln_1p()
-}
-
 /// Up to the `ln y!` constant.
 fn poisson_log_lpmf(y: f64, eta: f64) -> f64 {
     y * eta - eta.exp()
@@ -111,27 +85,6 @@ fn poisson_log_lpmf(y: f64, eta: f64) -> f64 {
 fn log_sum_exp(v: &[f64]) -> f64 {
     let m = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     m + v.iter().map(|x| (x - m).exp()).sum::<f64>().ln()
-}
-
-fn sigmoid(x: f64) -> f64 {
-    1.0 / (1.0 + (-x).exp())
-}
-
-fn logit(p: f64) -> f64 {
-    (p / (1.0 - p)).ln()
-}
-
-/// A small deterministic generator for test points.
-struct Lcg(u64);
-
-impl Lcg {
-    fn uniform(&mut self) -> f64 {
-        self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-        ((self.0 >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-    fn normal(&mut self) -> f64 {
-        (-2.0 * self.uniform().ln()).sqrt() * (2.0 * PI * self.uniform()).cos()
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
