@@ -129,7 +129,7 @@ impl Diagnostics {
     }
 
     /// Judges the diagnostics and adds every finding to the warnings: for runs made without
-    /// [`fit`](super::fit)(super::fit), where no later phase stands for the answer.
+    /// [`fit`](super::fit), where no later phase stands for the answer.
     fn judge(&mut self, method: &str, laplace: Option<&Laplace>) {
         let findings = self.findings(method, laplace);
         self.warnings.extend(findings.into_iter().map(|f| f.text));
@@ -137,7 +137,7 @@ impl Diagnostics {
 
     /// What the diagnostics find wrong, each finding with the phase it concerns: the frame's
     /// search (`"laplace"`), the particles (`method`), the stationarity check, or the answer
-    /// returned (`None`). [`fit`](super::fit)(super::fit) makes a phase's finding a line in the path, and a
+    /// returned (`None`). [`fit`](super::fit) makes a phase's finding a line in the path, and a
     /// warning only where the draws returned did not pass (issue 59: warnings are about the
     /// answer).
     pub(super) fn findings(&mut self, method: &str, laplace: Option<&Laplace>) -> Vec<Finding> {
