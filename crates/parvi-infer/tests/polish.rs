@@ -433,3 +433,40 @@ fn failed_evaluations_are_rejected_proposals_in_mala_auto_mala_and_chees() {
         eprintln!("{kernel:?}: {} failed, {}", r.failed_evaluations, r.describe());
     }
 }
+
+/// A particle run that diverges is a failed phase, not a failed fit (issue 59: samplers that
+/// never die): SVGD at a step size far too large on `FailsBeyond` (NaN past `x[1] = 1`) steps
+/// particles past the cut, their NaN scores spread to every particle and the run diverges. On the
+/// default path the check and the polish step go on from its last finite particles, the path
+/// says so, and the draws are still the truncated normal within four Monte Carlo errors of their
+/// ESS. Where the particles are the answer (no polish step) the divergence stays an error.
+#[test]
+fn a_diverged_particle_run_hands_its_last_finite_particles_to_the_polish_step() {
+    let device = flex();
+    let cut = 1.0;
+    let model = parvi_model::program::Compiled::new(FailsBeyond { cut, one_row_fails_call: false }, &device).unwrap();
+    let spec = EngineSpec::new(
+        MethodConfig::default_for("svgd").unwrap(),
+        KernelConfig::default(),
+        AdapterConfig::adagrad(5.0),
+    );
+    let config = FitConfig { precondition: parvi_infer::Precondition::None, progress: false, ..FitConfig::default() };
+    let result = fit(&model, &spec, &config, &mut [], &device).unwrap();
+    let svgd = result.path.iter().find(|p| p.name == "svgd").expect("an svgd phase");
+    assert!(svgd.outcome.contains("diverged at step"), "{svgd:?}");
+    let p = result.diagnostics.polish.clone().expect("polished");
+    assert!(p.converged, "{p:?}");
+    let (mean, sd) = truncated_normal(cut);
+    let (m, var) = moments(&result.draws.to_rows().concat().iter().map(|&v| v as f64).collect::<Vec<_>>(), 2);
+    for (j, (mu, s)) in [(mean, sd), (0.0, 1.0)].into_iter().enumerate() {
+        assert!((m[j] - mu).abs() < 4.0 * s / p.min_ess.sqrt(), "mean {j} {} vs {mu} ({p:?})", m[j]);
+        let ratio = var[j].sqrt() / s;
+        assert!((ratio - 1.0).abs() < 4.0 / (2.0 * p.min_ess).sqrt(), "sd {j} ratio {ratio} ({p:?})");
+    }
+    // A diverged phase whose draws were replaced is a line of the path, not a warning.
+    let w = &result.diagnostics.warnings;
+    assert!(!w.iter().any(|m| m.contains("diverged")), "{w:#?}");
+    let alone = FitConfig { polish: None, ..config };
+    let err = fit(&model, &spec, &alone, &mut [], &device).err().expect("the particles are the answer");
+    assert!(matches!(err, parvi_infer::RunError::Diverged { .. }), "{err}");
+}

@@ -392,6 +392,30 @@ impl Laplace {
         })
     }
 
+    /// Why this approximation should not be a frame, if it should not (issue 59: "a mode search
+    /// that runs toward a boundary is never a frame"): the search ran away ([`Self::runaway`]),
+    /// or it ended where `-H` is not positive definite. There the point is no mode: a scale is
+    /// going to 0 (a centred funnel's neck, where the curvature of the group effects grows
+    /// without bound while that of their scale turns positive) or the density is flat, and the
+    /// diagonal fallback's sds are no posterior's scales. On the posteriordb posteriors at seed 0
+    /// (`examples/frame_survey.rs`) the search ends so on eight: eight_schools_centered (smallest
+    /// sd 7.3e-7), GLMM_Poisson (Newton decrement 58), pilots, election88, accel_splines,
+    /// hier_2pl, soil_incubation and accel_gp; on 28 it ends at a mode (hmm_gaussian's fails;
+    /// bym2's did not end in 15 minutes). The diagonal fallback is kept for [`Self::scale`] (the
+    /// Laplace draws of `optimize --laplace`), not for a frame.
+    pub fn not_a_frame(&self) -> Option<String> {
+        if let Some(why) = self.runaway() {
+            return Some(why);
+        }
+        (!self.full_rank).then(|| {
+            let smallest = self.sd().into_iter().fold(f64::INFINITY, f64::min);
+            format!(
+                "the Laplace mode search found no mode: -H is not positive definite where it ended (log density {:.4e}, Newton decrement {:.1e}, smallest sd of the diagonal {smallest:.2e}): a scale going to 0 or a flat direction, whose curvature is no covariance",
+                self.log_prob, self.newton_decrement
+            )
+        })
+    }
+
     /// The dimension.
     pub fn dim(&self) -> usize {
         self.mode.len()

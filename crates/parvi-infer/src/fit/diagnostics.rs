@@ -144,13 +144,6 @@ impl Diagnostics {
         let mut out = Vec::new();
         if let Some(l) = laplace {
             self.newton_decrement = Some(l.newton_decrement);
-            if !l.full_rank {
-                out.push(Finding::of(
-                    "laplace",
-                    "the Hessian at the mode is not negative definite: the preconditioner uses its diagonal only"
-                        .into(),
-                ));
-            }
             if !l.other_modes.is_empty() {
                 out.push(Finding::answer(format!(
                     "the posterior has at least {} separate modes (the mode search's starts ended at stationary points more than {} Laplace sds apart): the particles started spread over them, but {method} may not weight them right (compare runs with other seeds)",

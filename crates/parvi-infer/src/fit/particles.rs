@@ -83,7 +83,8 @@ pub(super) fn run(
         }
         _ => None,
     };
-    let outcome = {
+    let mut diverged = None;
+    let ran = {
         let mut all: Vec<&mut dyn Callback> = Vec::with_capacity(callbacks.len() + 1);
         for c in callbacks.iter_mut() {
             all.push(&mut **c);
@@ -102,13 +103,28 @@ pub(super) fn run(
             Some(checkpoint) => Runner::resume(engine.as_mut(), target, run, checkpoint, device)?,
             None => Runner::new(engine.as_mut(), target, start, run)?,
         };
+        runner.run(&mut all)
+    };
+    let outcome = match ran {
+        Ok(outcome) => outcome,
+        // Where the polish step's chains follow (the default path), a particle engine that
+        // diverged is a phase that failed, not a fit that failed (issue 59: samplers that never
+        // die): its last finite particles start the check and the chains, whose draws are the
+        // answer and are judged on their own. An MCMC engine's draws, or particles that are the
+        // answer, have nothing to hand on.
+        Err(RunError::Diverged { step, cause, last_finite }) if polish_follows && engine.draws().is_none() => {
+            // A finite position may still have a non-finite density (the step past it is what
+            // diverged): such rows are redrawn as start draws are.
+            let mut particles = *last_finite;
+            let redrawn = redraw_non_finite_starts(target, &mut particles, config.init_std, rng);
+            diverged = Some((step, cause, redrawn));
+            RunOutcome { particles, steps: step, seconds: watch.seconds(), steps_run: step }
+        }
         // The last finite particles of a divergence, too, in the model's coordinates.
-        runner.run(&mut all).map_err(|e| match e {
-            RunError::Diverged { step, cause, last_finite } => {
-                RunError::Diverged { step, cause, last_finite: Box::new(frame.back(&last_finite)) }
-            }
-            other => other,
-        })?
+        Err(RunError::Diverged { step, cause, last_finite }) => {
+            return Err(RunError::Diverged { step, cause, last_finite: Box::new(frame.back(&last_finite)) });
+        }
+        Err(other) => return Err(other),
     };
     let report = engine.report();
     let engine_draws = engine.draws();
@@ -136,7 +152,17 @@ pub(super) fn run(
     if let Some(n) = engine_draws.as_ref().map(|_| outcome.particles.len()) {
         did = format!("{n} chains, {did}");
     }
+    if let Some((step, cause, redrawn)) = &diverged {
+        let redrawn = match redrawn {
+            0 => String::new(),
+            n => format!(" ({n} of them, at a non-finite density, redrawn from the start distribution)"),
+        };
+        findings.push(Finding::of(method, format!(
+            "diverged at step {step} ({cause}): the check and the polish step's chains start from its last finite particles{redrawn}"
+        )));
+    }
     let verdict = match (settled, is_mcmc) {
+        _ if diverged.is_some() => format!("diverged at step {}: its last finite particles go on", outcome.steps_run),
         (_, true) => match (diagnostics.max_rhat, diagnostics.min_ess) {
             (Some(r), Some(e)) => format!("split R-hat {r:.3}, ESS {e:.0}"),
             _ => String::new(),

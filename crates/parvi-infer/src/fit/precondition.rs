@@ -1,6 +1,6 @@
 //! The frame: the coordinates the particles, the check and the polish step run in, and where
 //! the particles start. The Laplace approximation at the mode, or Pathfinder's, whitens the model;
-//! a search that failed or ran away (down a funnel's neck: [`Laplace::runaway`]) falls back to
+//! a search that failed, ran away or found no mode ([`Laplace::not_a_frame`]) falls back to
 //! the other, then to the model's own coordinates. Each search tried is a phase of the path.
 
 use burn::tensor::{Device, Tensor};
@@ -114,6 +114,9 @@ pub(super) struct Prepared {
     /// Why a preconditioner was not used: the search's name and the reason, with what came
     /// next.
     pub fallbacks: Vec<(&'static str, String)>,
+    /// Whether the Laplace search ran away ([`Laplace::runaway`]): the density rose without
+    /// bound towards a boundary along its path (a funnel's neck).
+    pub ran_away: bool,
     /// The model's dimension.
     dim: usize,
 }
@@ -144,6 +147,7 @@ fn precondition(
         whitening: None,
         used: Precondition::None,
         fallbacks: vec![],
+        ran_away: false,
         dim: model.dim(),
     };
     let order = match config.precondition {
@@ -165,7 +169,8 @@ fn precondition(
                             l.newton_decrement,
                             l.sd().into_iter().fold(f64::INFINITY, f64::min)
                         );
-                        match l.runaway() {
+                        out.ran_away |= l.runaway().is_some();
+                        match l.not_a_frame() {
                             Some(why) => Some(why),
                             None => {
                                 out.laplace = Some(l);
