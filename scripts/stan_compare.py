@@ -136,7 +136,34 @@ def run_stan(folder, args):
             values = fit[base]
             columns[name] = values[index] if index else values.reshape(-1)
     divergent = int(np.sum(fit["divergent__"])) if "divergent__" in fit.sample_and_sampler_param_names else None
-    return {"stan_build_s": build, "stan_sample_s": sample, "stan_divergent": divergent, "stan_columns": columns}
+    return {
+        "stan_build_s": build,
+        "stan_sample_s": sample,
+        "stan_divergent": divergent,
+        "stan_max_rhat": stan_max_rhat(fit, args.chains),
+        "stan_columns": columns,
+    }
+
+
+def stan_max_rhat(fit, chains):
+    """The largest rank-normalised split R-hat (ArviZ's, as Stan's own summary prints it) over the
+    parameters: whether Stan's own run is clean (issue 59's acceptance: R-hat <= 1.01 and no
+    divergences). PyStan 3 keeps the draws of a scalar as `[..., draws * chains]`, chain after
+    chain. None where ArviZ is missing."""
+    try:
+        import arviz as az
+    except ImportError:
+        return None
+    worst = 0.0
+    for name in fit.param_names:
+        values = np.asarray(fit[name])
+        flat = values.reshape(-1, values.shape[-1])
+        for row in flat:
+            series = row.reshape(chains, -1)
+            if np.ptp(series) == 0:
+                continue
+            worst = max(worst, float(az.rhat(series)))
+    return worst
 
 
 def read_cmdstan_csv(paths):
@@ -172,6 +199,19 @@ def run_parvi(folder, args):
         return {"parvi_s": wall, "parvi_error": done.stderr.strip()[-2000:]}
     summary = json.loads((out / "summary.json").read_text())
     row = {"parvi_s": wall, "parvi_warnings": summary.get("warnings", []), "parvi_columns": read_cmdstan_csv(sorted(out.glob("draws_*.csv"), key=lambda p: int(p.stem.rsplit("_", 1)[1])))}
+    # The phases the run took (issue 59's acceptance: reported), as `parvi fit` prints them.
+    row["parvi_path"] = [f"{p['name']}: {p['did']}; {p['outcome']} ({p['seconds']:.1f} s)" for p in summary.get("path", [])]
+    summary_csv = out / "summary.csv"
+    if summary_csv.exists():
+        rhats = []
+        for line in summary_csv.read_text().splitlines()[1:]:
+            cells = line.rsplit(",", 1)
+            try:
+                rhats.append(float(cells[-1]))
+            except ValueError:
+                pass
+        finite = [r for r in rhats if np.isfinite(r)]
+        row["parvi_max_rhat"] = max(finite) if finite else None
     if summary.get("polish"):
         p = summary["polish"]
         row["parvi_polish"] = {k: p.get(k) for k in ("kernel", "steps", "kept", "max_rhat", "min_ess", "converged", "seconds")}
