@@ -5,7 +5,8 @@ For every posterior folder (`model.stan`, `data.json`, `reference_draws.json` or
 `reference_moments.json`, `posterior.json`) under the `--posteriordb` folders (one or more; by
 default `$PARVI_POSTERIORDB_DIR` and `$PARVI_POSTERIORDB_MORE_DIR`, those set: the suite and the
 wider suite of issue 59, all 38 posteriors in one run). A folder without a reference still runs
-both samplers, timed; its row says "no reference" where the errors would be:
+both samplers, timed, and parvi's draws are scored against Stan's own (its parameters, in Stan's
+sds; the row says so):
 
 1. Stan (PyStan 3): builds the program (timed on its own: Stan's build is not counted in the
    ratio; httpstan caches a built program, so a second run shows the cache's ~1 s), then samples
@@ -130,6 +131,15 @@ def run_stan(folder, args):
     fit = model.sample(num_chains=args.chains, num_warmup=args.warmup, num_samples=args.samples)
     sample = time.perf_counter() - t0
     columns = {}
+    if reference(folder) is None:
+        # No reference: Stan's own draws of every parameter stand for one (issue 59: "judge
+        # parvi there against a Stan run of your own, and say so").
+        for base, dims in zip(fit.param_names, fit.dims):
+            # PyStan 3 gives a scalar's draws a leading axis of 1: its dims (`[]`) say it is one.
+            values = np.asarray(fit[base]).reshape(*dims, -1)
+            for index in np.ndindex(*values.shape[:-1]):
+                name = base + ("[" + ",".join(str(i + 1) for i in index) + "]" if index else "")
+                columns[name] = values[index]
     for name in reference(folder) or {}:
         base, index = stan_name(name)
         if base in fit.param_names or base in fit.constrained_param_names or base in fit:
@@ -222,9 +232,25 @@ def fmt(x, digits=2):
     return "-" if x is None else ("inf" if x == float("inf") else f"{x:.{digits}f}")
 
 
+def discarded_share(path):
+    """The share of the path's seconds spent on phases whose output was thrown away (issue 59:
+    "what was tried and then discarded should cost at most a fifth of a run"): a refused search,
+    a kernel that handed its chains on, a NUTS run dropped. None without a path."""
+    seconds = []
+    for line in path:
+        try:
+            s = float(line.rsplit("(", 1)[1].split(" s)")[0])
+        except (IndexError, ValueError):
+            continue
+        outcome = line.rsplit("; ", 1)[-1]
+        seconds.append((s, any(k in outcome for k in ("not used", "handed to", "dropped"))))
+    total = sum(s for s, _ in seconds)
+    return sum(s for s, d in seconds if d) / total if total > 0 else None
+
+
 def markdown(rows):
-    print("| posterior | Stan build, s | Stan sampling, s | Stan mean err / sd err | parvi fit, s | parvi mean err / sd err | parvi / Stan |")
-    print("|---|---:|---:|---|---:|---|---:|")
+    print("| posterior | Stan sampling, s | Stan mean err / sd err | Stan max R-hat | parvi fit, s | parvi mean err / sd err | parvi max R-hat | parvi / Stan | parvi's phases |")
+    print("|---|---:|---|---:|---:|---|---:|---:|---|")
     for r in rows:
         ok = lambda m, s: m <= MEAN_TOL and s <= SD_TOL  # noqa: E731
         stan = "-" if r.get("stan_mean_err") is None else f"{fmt(r['stan_mean_err'])} / {fmt(100 * r['stan_sd_err'], 0)}%{'' if ok(r['stan_mean_err'], r['stan_sd_err']) else ' (off)'}"
@@ -232,9 +258,25 @@ def markdown(rows):
             stan += f", {r['stan_divergent']} divergent"
         if r.get("no_reference"):
             stan = "no reference" if r.get("stan_sample_s") is not None else "-"
-        parvi = "failed" if r.get("parvi_error") else "no reference" if r.get("no_reference") else f"{fmt(r['parvi_mean_err'])} / {fmt(100 * r['parvi_sd_err'], 0)}%{'' if ok(r['parvi_mean_err'], r['parvi_sd_err']) else ' (off)'}"
+            if r.get("stan_divergent"):
+                stan += f", {r['stan_divergent']} divergent"
+        if r.get("parvi_error"):
+            parvi = "failed: " + r["parvi_error"].splitlines()[-1][:120].replace("|", "/")
+        elif r.get("parvi_mean_err") is None:
+            parvi = "no reference"
+        else:
+            parvi = f"{fmt(r['parvi_mean_err'])} / {fmt(100 * r['parvi_sd_err'], 0)}%{'' if ok(r['parvi_mean_err'], r['parvi_sd_err']) else ' (off)'}"
+            if r.get("against_stan"):
+                parvi += " against Stan's draws"
         ratio = r["parvi_s"] / r["stan_sample_s"] if r.get("stan_sample_s") else None
-        print(f"| {r['posterior']} | {fmt(r.get('stan_build_s'), 0)} | {fmt(r.get('stan_sample_s'), 1)} | {stan} | {fmt(r['parvi_s'], 1)} | {parvi} | {fmt(ratio)} |")
+        phases = "; ".join(p.split(":", 1)[0] + " " + p.rsplit("; ", 1)[-1].split(" (")[0] for p in r.get("parvi_path", []))
+        share = discarded_share(r.get("parvi_path", []))
+        if share is not None:
+            phases += f" (discarded: {100 * share:.0f}% of the path's seconds)"
+        print(
+            f"| {r['posterior']} | {fmt(r.get('stan_sample_s'), 1)} | {stan} | {fmt(r.get('stan_max_rhat'), 3)} | {fmt(r['parvi_s'], 1)} | {parvi} "
+            f"| {fmt(r.get('parvi_max_rhat'), 3)} | {fmt(ratio)} | {phases} |"
+        )
 
 
 def main():
@@ -311,6 +353,10 @@ def main():
             columns = stan_row.pop("stan_columns", None)
             if columns is not None and ref is not None:
                 row["stan_mean_err"], row["stan_sd_err"], _ = errors(ref, columns)
+            elif columns and "stan_error" not in stan_row:
+                # Stan's own moments, for parvi's errors below (in Stan's sds: "against Stan").
+                ref = {n: (float(np.mean(x)), float(np.std(x, ddof=1))) for n, x in columns.items() if np.ptp(x) > 0}
+                row["against_stan"] = True
             row.update(stan_row)
         if args.build_only:
             print(f"{folder.name:42} built in {fmt(row.get('stan_build_s'), 0)} s {row.get('stan_error', '')}", flush=True)
@@ -337,7 +383,8 @@ def main():
             f"{fmt(row.get('parvi_mean_err')) + '/' + fmt(row.get('parvi_sd_err')):>12} {fmt(ratio):>6}"
             + (f"  stan: {row['stan_error'][:200]}" if row.get("stan_error") else "")
             + (f"  parvi: {row['parvi_error'][-300:]}" if row.get("parvi_error") else "")
-            + ("  no reference" if ref is None else ""),
+            + ("  no reference" if ref is None else "")
+            + ("  (no reference: parvi against Stan's own draws, in Stan's sds)" if row.get("against_stan") else ""),
             flush=True,
         )
         done[folder.name] = row

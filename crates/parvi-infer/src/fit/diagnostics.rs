@@ -223,15 +223,23 @@ impl Diagnostics {
     }
 }
 
-/// Puts each finding where it belongs: a phase's is a note of that phase in `path`, and a
-/// warning too unless the draws returned `passed`; one about the answer (or of a phase with no
-/// record) is a warning.
-pub(super) fn sort_findings(findings: Vec<Finding>, passed: bool, warnings: &mut Vec<String>, path: &mut [Phase]) {
+/// Puts each finding where it belongs: a phase's is a note of that phase in `path`; one about
+/// the answer (or of a phase with no record) is a warning. A phase's finding is a warning too
+/// only where that phase's output is the answer and it did not pass (`about_answer`: no polish
+/// step replaced the particles). Where the polish step's draws are returned, every earlier
+/// phase was discarded (issue 59: "an earlier phase's failure is a line in the printed path and
+/// in summary.json, not a warning"); the polish step's own verdict is the warning about them.
+pub(super) fn sort_findings(
+    findings: Vec<Finding>,
+    about_answer: bool,
+    warnings: &mut Vec<String>,
+    path: &mut [Phase],
+) {
     for f in findings {
         let record = f.phase.as_ref().and_then(|name| path.iter_mut().rev().find(|p| &p.name == name));
         match record {
             Some(phase) => {
-                if !passed {
+                if about_answer {
                     warnings.push(f.text.clone());
                 }
                 phase.notes.push(f.text);

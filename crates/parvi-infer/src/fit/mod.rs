@@ -359,7 +359,8 @@ pub fn fit_reported(
     };
     let polished = match config.polish.as_ref().filter(polish_this) {
         Some(p) => {
-            let p = &sampler_from_the_frame(p, config, &frame, &mut path);
+            let (p, stan_inits) = sampler_from_the_frame(p, config, &frame, &mut path);
+            let p = &p;
             // The chains run in the frame; the stop watches what the summary reports.
             let watched = |z: Tensor<2>| {
                 let x = frame.to_model(z);
@@ -382,6 +383,7 @@ pub fn fit_reported(
                 frame: frame.describe(),
                 watched: &watched,
                 flagged,
+                stan_inits,
                 seed: config.seed,
                 device,
             };
@@ -408,7 +410,10 @@ pub fn fit_reported(
     diagnostics.pareto_k = diagnostics.pareto_k.or(pre.pathfinder.as_ref().map(|p| p.pareto_k));
     findings.extend(diagnostics.findings(run.method, pre.laplace.as_ref()));
     let passed = answer_passed(&diagnostics, polished.is_some(), run.is_mcmc());
-    diagnostics::sort_findings(findings, passed, &mut diagnostics.warnings, &mut path);
+    // The phases' findings are about the answer only where no polish step's draws replaced
+    // theirs and the answer did not pass.
+    let about_answer = !passed && polished.is_none();
+    diagnostics::sort_findings(findings, about_answer, &mut diagnostics.warnings, &mut path);
 
     // The answer, in the model's own coordinates: the polish step's draws, an MCMC engine's
     // trace (one chain per particle), or the final particles.
@@ -448,7 +453,11 @@ pub fn fit_reported(
 /// There MALA's and autoMALA's chains from the particles stall (GLMM_Poisson: autoMALA 5,450
 /// steps a chain, R-hat 1,954, 584 s, the answer wrong) and Stan's NUTS with its adaptation, in
 /// the model's own coordinates, from the better of the chains and Stan's own inits, is what holds
-/// (GLMM_Poisson: 48 s, within 0.09 sd; eight_schools_centered: 3 s, within 0.09 sd). Where the
+/// (GLMM_Poisson: 48 s, within 0.09 sd; eight_schools_centered: 3 s, within 0.09 sd). Its
+/// chains start from Stan's own inits (uniform(-2, 2), the better half of twice as many by log
+/// density), not from the particles: there the particles' highest densities lie down the neck,
+/// where NUTS's warm-up adapts a step fit for the neck alone (pilots: step 0.005 and 585,000
+/// gradients a chain from the particles). Returns the config and whether NUTS starts so. Where the
 /// search ran away (the density rising without bound down a funnel's neck), NUTS's one step size
 /// cannot follow into the neck (the 10-d funnel: `v`'s mean 1.19 against 0) and autoMALA's
 /// per-step size can: the `auto` kernel stays. A kernel the user named is kept.
@@ -457,20 +466,20 @@ fn sampler_from_the_frame(
     config: &FitConfig,
     frame: &precondition::Frame<'_>,
     path: &mut Vec<Phase>,
-) -> PolishConfig {
+) -> (PolishConfig, bool) {
     let pre = &frame.pre;
     let searched = config.precondition != Precondition::None;
     if !(searched && pre.used == Precondition::None && !pre.ran_away && polish.kernel == PolishKernel::Auto) {
-        return *polish;
+        return (*polish, false);
     }
     path.push(Phase::new(
         "sampler",
-        "NUTS for the polish step: no search gave a frame and none ran away, so the posterior is far from Gaussian about any mode".into(),
+        "NUTS for the polish step, from Stan's inits: no search gave a frame and none ran away, so the posterior is far from Gaussian about any mode".into(),
         "chosen".into(),
         0,
         0.0,
     ));
-    PolishConfig { kernel: PolishKernel::Nuts, ..*polish }
+    (PolishConfig { kernel: PolishKernel::Nuts, ..*polish }, true)
 }
 
 /// Whether the draws returned passed: the polish step's converged, or an MCMC engine's trace
