@@ -359,8 +359,7 @@ pub fn fit_reported(
     };
     let polished = match config.polish.as_ref().filter(polish_this) {
         Some(p) => {
-            let (p, stan_inits) = sampler_from_the_frame(p, config, &frame, &mut path);
-            let p = &p;
+            let p = &sampler_from_the_frame(p, config, &frame, &mut path);
             // The chains run in the frame; the stop watches what the summary reports.
             let watched = |z: Tensor<2>| {
                 let x = frame.to_model(z);
@@ -383,7 +382,6 @@ pub fn fit_reported(
                 frame: frame.describe(),
                 watched: &watched,
                 flagged,
-                stan_inits,
                 seed: config.seed,
                 device,
             };
@@ -452,34 +450,32 @@ pub fn fit_reported(
 /// about any mode (a centred hierarchy whose scale has no interior mode, a flat direction).
 /// There MALA's and autoMALA's chains from the particles stall (GLMM_Poisson: autoMALA 5,450
 /// steps a chain, R-hat 1,954, 584 s, the answer wrong) and Stan's NUTS with its adaptation, in
-/// the model's own coordinates, from the better of the chains and Stan's own inits, is what holds
-/// (GLMM_Poisson: 48 s, within 0.09 sd; eight_schools_centered: 3 s, within 0.09 sd). Its
-/// chains start from Stan's own inits (uniform(-2, 2), the better half of twice as many by log
-/// density), not from the particles: there the particles' highest densities lie down the neck,
-/// where NUTS's warm-up adapts a step fit for the neck alone (pilots: step 0.005 and 585,000
-/// gradients a chain from the particles). Returns the config and whether NUTS starts so. Where the
-/// search ran away (the density rising without bound down a funnel's neck), NUTS's one step size
-/// cannot follow into the neck (the 10-d funnel: `v`'s mean 1.19 against 0) and autoMALA's
-/// per-step size can: the `auto` kernel stays. A kernel the user named is kept.
+/// the model's own coordinates, is what holds (GLMM_Poisson: 48 s, within 0.09 sd;
+/// eight_schools_centered: 3 s, within 0.09 sd). Its chains start from the better of the chains
+/// and Stan's inits by log density, as the polish step's NUTS always does: from Stan's inits alone (uniform(-2, 2)) it did worse on the three posteriors
+/// tried (2026-12-08, seed 1: pilots R-hat 2.26 against 1.05, accel_gp sd 16% off against 5%,
+/// GLMM_Poisson 0.07 sd against 0.04). Where the search ran away (the density rising without
+/// bound down a funnel's neck), NUTS's one step size cannot follow into the neck (the 10-d
+/// funnel: `v`'s mean 1.19 against 0) and autoMALA's per-step size can: the `auto` kernel stays. A kernel the user named is kept.
 fn sampler_from_the_frame(
     polish: &PolishConfig,
     config: &FitConfig,
     frame: &precondition::Frame<'_>,
     path: &mut Vec<Phase>,
-) -> (PolishConfig, bool) {
+) -> PolishConfig {
     let pre = &frame.pre;
     let searched = config.precondition != Precondition::None;
     if !(searched && pre.used == Precondition::None && !pre.ran_away && polish.kernel == PolishKernel::Auto) {
-        return (*polish, false);
+        return *polish;
     }
     path.push(Phase::new(
         "sampler",
-        "NUTS for the polish step, from Stan's inits: no search gave a frame and none ran away, so the posterior is far from Gaussian about any mode".into(),
+        "NUTS for the polish step: no search gave a frame and none ran away, so the posterior is far from Gaussian about any mode".into(),
         "chosen".into(),
         0,
         0.0,
     ));
-    (PolishConfig { kernel: PolishKernel::Nuts, ..*polish }, true)
+    PolishConfig { kernel: PolishKernel::Nuts, ..*polish }
 }
 
 /// Whether the draws returned passed: the polish step's converged, or an MCMC engine's trace

@@ -12,9 +12,7 @@ use super::particles::ParticleRun;
 use super::path::Phase;
 use crate::InferError;
 use crate::evaluation::MalaChains;
-use crate::samplers::{
-    HOPELESS_RHAT, NUTS_CHAINS, Polish, PolishConfig, PolishKernel, Polished, TakeOver, polish_offering,
-};
+use crate::samplers::{HOPELESS_RHAT, Polish, PolishConfig, PolishKernel, Polished, TakeOver, polish_offering};
 
 /// What the polish step needs beyond its settings.
 pub(super) struct Polishing<'a> {
@@ -29,9 +27,6 @@ pub(super) struct Polishing<'a> {
     pub watched: &'a dyn Fn(Tensor<2>) -> Tensor<2>,
     /// Whether the diagnostics flagged the particles (the check's chains are then no warm-up).
     pub flagged: bool,
-    /// NUTS starts from Stan's own inits, not from the chains (the sampler chosen where no search
-    /// gave a frame: `fit/mod.rs`, `sampler_from_the_frame`).
-    pub stan_inits: bool,
     pub seed: u64,
     pub device: &'a Device,
 }
@@ -64,17 +59,7 @@ pub(super) fn polish(
     ));
     let mut dropped = Vec::new();
     let result = if p.kernel == PolishKernel::Nuts {
-        let starts = match on.stan_inits {
-            // Stan's inits, uniform(-2, 2) in every coordinate: `nuts_polish` keeps the better
-            // half of these and as many more.
-            true => {
-                let d = from.dim();
-                let mut rng = crate::EngineRng::new(seed ^ 0x57A4_1417);
-                let rows: Vec<f32> = (0..NUTS_CHAINS * d).map(|_| (4.0 * rng.uniform() - 2.0) as f32).collect();
-                parvi_model::tensor_ops::matrix_from_vec(rows, NUTS_CHAINS, d, device)
-            }
-            false => from_chains.map_or_else(|| from.positions.clone(), |c| c.end.clone()),
-        };
+        let starts = from_chains.map_or_else(|| from.positions.clone(), |c| c.end.clone());
         nuts_polish(target, on.own.as_ref(), starts, &[], p, seed, Some(watched), device).map(|(mut run, warnings)| {
             run.report.from_start = from_start.is_some();
             findings.extend(warnings.into_iter().map(Finding::answer));
