@@ -27,14 +27,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "posterior | dim | log p at end | Newton decrement | -H pos. def. | smallest sd | evidence drop | s | frame?"
     );
     for dir in dirs {
-        let mut names: Vec<_> = std::fs::read_dir(dir)?
-            .filter_map(|e| e.ok())
-            .filter(|e| e.path().join("posterior.json").exists())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        for name in names {
-            let model = match posteriordb::load(&name, Path::new(dir), &device) {
+        for folder in posteriordb::folders(Path::new(dir))? {
+            let name = folder.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let model = match posteriordb::load_folder(&folder, &device) {
                 Ok(m) => m,
                 Err(e) => {
                     println!("{name} | not loaded: {e}");
@@ -45,7 +40,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let mut rng = EngineRng::new(seed ^ 0x1A9_1ACE);
             match Laplace::fit(&model, &LaplaceConfig::default(), &mut rng, &device) {
                 Ok(l) => {
-                    let smallest = l.sd().into_iter().fold(f64::INFINITY, f64::min);
+                    let smallest = l.smallest_sd();
                     println!(
                         "{name} | {} | {:.4e} | {:.1e} | {} | {smallest:.2e} | {:.1} | {:.1} | {}",
                         model.dim(),

@@ -383,8 +383,7 @@ impl Laplace {
     /// (the evidence at the mode fell more than [`RUNAWAY_NATS`] below that on its path).
     pub fn runaway(&self) -> Option<String> {
         (self.evidence_drop > RUNAWAY_NATS).then(|| {
-            let sd = self.sd();
-            let smallest = sd.iter().copied().fold(f64::INFINITY, f64::min);
+            let smallest = self.smallest_sd();
             format!(
                 "the Laplace mode search ran away from the posterior's mass: the log density rose to {:.3e} at the mode while the volume around it shrank faster (smallest Laplace sd {smallest:.2e}; the Laplace evidence there is {:.1} nats below that on the search's path, > {RUNAWAY_NATS})",
                 self.log_prob, self.evidence_drop
@@ -408,7 +407,7 @@ impl Laplace {
             return Some(why);
         }
         (!self.full_rank).then(|| {
-            let smallest = self.sd().into_iter().fold(f64::INFINITY, f64::min);
+            let smallest = self.smallest_sd();
             format!(
                 "the Laplace mode search found no mode: -H is not positive definite where it ended (log density {:.4e}, Newton decrement {:.1e}, smallest sd of the diagonal {smallest:.2e}): a scale going to 0 or a flat direction, whose curvature is no covariance",
                 self.log_prob, self.newton_decrement
@@ -425,6 +424,11 @@ impl Laplace {
     pub fn sd(&self) -> Vec<f64> {
         let d = self.dim();
         (0..d).map(|i| (0..=i).map(|k| self.scale[i * d + k].powi(2)).sum::<f64>().sqrt()).collect()
+    }
+
+    /// The smallest of [`Self::sd`]: near 0, a scale run down a funnel's neck.
+    pub fn smallest_sd(&self) -> f64 {
+        self.sd().into_iter().fold(f64::INFINITY, f64::min)
     }
 }
 

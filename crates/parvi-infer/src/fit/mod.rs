@@ -451,12 +451,11 @@ pub fn fit_reported(
 /// There MALA's and autoMALA's chains from the particles stall (GLMM_Poisson: autoMALA 5,450
 /// steps a chain, R-hat 1,954, 584 s, the answer wrong) and Stan's NUTS with its adaptation, in
 /// the model's own coordinates, is what holds (GLMM_Poisson: 48 s, within 0.09 sd;
-/// eight_schools_centered: 3 s, within 0.09 sd). Its chains start from the better of the chains
-/// and Stan's inits by log density, as the polish step's NUTS always does: from Stan's inits alone (uniform(-2, 2)) it did worse on the three posteriors
-/// tried (2026-12-08, seed 1: pilots R-hat 2.26 against 1.05, accel_gp sd 16% off against 5%,
-/// GLMM_Poisson 0.07 sd against 0.04). Where the search ran away (the density rising without
-/// bound down a funnel's neck), NUTS's one step size cannot follow into the neck (the 10-d
-/// funnel: `v`'s mean 1.19 against 0) and autoMALA's per-step size can: the `auto` kernel stays. A kernel the user named is kept.
+/// eight_schools_centered: 3 s, within 0.09 sd). Its chains start as the polish step's NUTS
+/// always does (the better of the chains and Stan's inits by log density). Where the search ran
+/// away (the density rising without bound down a funnel's neck), NUTS's one step size cannot
+/// follow into the neck (the 10-d funnel: `v`'s mean 1.19 against 0) and autoMALA's per-step
+/// size can: the `auto` kernel stays. A kernel the user named is kept.
 fn sampler_from_the_frame(
     polish: &PolishConfig,
     config: &FitConfig,

@@ -167,7 +167,7 @@ fn precondition(
                             "mode at log density {:.4e}, Newton decrement {:.1e}, smallest sd {:.2e}",
                             l.log_prob,
                             l.newton_decrement,
-                            l.sd().into_iter().fold(f64::INFINITY, f64::min)
+                            l.smallest_sd()
                         );
                         out.ran_away |= l.runaway().is_some();
                         match l.not_a_frame() {
